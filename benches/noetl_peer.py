@@ -18,10 +18,14 @@ compares it (a subset, per step). Then, for ``--rounds`` rounds, interleaved (th
 each round), each playbook runs ``--runs`` times at concurrency 1 and 16 on each side; a run records the wall
 time to result per playbook, the throughput, the CPU seconds and peak RSS of every process of the side
 (NoETL: server, worker, PostgreSQL, NATS, with their children; mcpipe: its process and its PostgreSQL),
-and the machine's load average (``/proc/loadavg``) during the run. The table is printed in Markdown (and
+the machine's load average (``/proc/loadavg``) and its idle share of CPU time (``/proc/stat``: 0 when every
+core was busy, with this side or anything else) during the run. Before each measurement both sides' processes
+are let go quiet (:func:`quiet`), so one side's leftover work does not run in the other's measurement.
+The table is printed in Markdown (and
 ``--json FILE`` keeps the raw figures).
 
     python benches/noetl_peer.py [--rounds 3] [--runs 6] [--cases a,b] [--keep]
+    python benches/noetl_peer.py --only mcpipe ...   # mcpipe's side alone (the stand-in started if not up)
 """
 
 from __future__ import annotations
@@ -125,6 +129,8 @@ class Run:
     latencies: list[float] = field(default_factory=list)
     unfinished: int = 0
     """Runs not done within the timeout (not in ``runs``)."""
+    idle: float = 0.0
+    """The machine's idle share of its CPU time during the run (0: every core busy, with this side or others)."""
 
     @property
     def per_s(self) -> float:
@@ -335,19 +341,37 @@ def check(side: str, case: str, got: dict[str, Any]) -> str:
     raise AssertionError(f"{side} {case} does not answer NoETL's golden:\n" + "\n".join(diff[:20]))
 
 
+def _cpu_ticks() -> tuple[int, int]:
+    """The machine's (idle, all) CPU ticks so far (``/proc/stat``)."""
+    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return ticks[3] + ticks[4], sum(ticks)
+
+
+def quiet(roots: list[int], max_seconds: float = 10.0) -> None:
+    """Wait (at most ``max_seconds``) until the trees use under a twentieth of a core over 0.25 s: a side
+    still finishing the last runs' work (NoETL's server writes its events after a status says done) does
+    not take the cores from the next side's measurement."""
+    deadline = time.monotonic() + max_seconds
+    while time.monotonic() < deadline:
+        cpu0 = trees_cpu_seconds(roots)
+        time.sleep(0.25)
+        if trees_cpu_seconds(roots) - cpu0 < 0.0125:
+            return
+
+
 def measure(side: str, roots: list[int], case: str, c: int, runs: int, fn: Any) -> Run:
-    cpu0 = trees_cpu_seconds(roots)
+    cpu0, (idle0, all0) = trees_cpu_seconds(roots), _cpu_ticks()
     with Sampler(roots) as s:
         seconds, latencies = fn(case, c, runs)
-    cpu = trees_cpu_seconds(roots) - cpu0
+    cpu, (idle1, all1) = trees_cpu_seconds(roots) - cpu0, _cpu_ticks()
     return Run(side, case, c, len(latencies), seconds, cpu, s.peak, max(s.loads, default=0.0),
-               latencies, runs - len(latencies))  # fmt: skip
+               latencies, runs - len(latencies), (idle1 - idle0) / max(1, all1 - all0))  # fmt: skip
 
 
 def table(results: list[Run], cases: list[str]) -> str:
     rows = [
         "| playbook | conc. | NoETL wall/run | mcpipe wall/run | NoETL runs/s | mcpipe runs/s | throughput x "
-        "| NoETL CPU/run | mcpipe CPU/run | NoETL peak RSS | mcpipe peak RSS | load (1 min) |",
+        "| NoETL CPU/run | mcpipe CPU/run | NoETL peak RSS | mcpipe peak RSS | load (1 min; machine idle) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for case in cases:
@@ -366,9 +390,57 @@ def table(results: list[Run], cases: list[str]) -> str:
                 f"| {max(r.per_s for r in n):.2f} | {max(r.per_s for r in m):.1f} | **{ratio:.0f}x** "
                 f"| {min(r.cpu_per_run for r in n) * 1000:.0f} ms | {min(r.cpu_per_run for r in m) * 1000:.1f} ms "
                 f"| {max(r.peak_rss_mb for r in n):.0f} MB | {max(r.peak_rss_mb for r in m):.0f} MB "
-                f"| {min(r.load for r in n + m):.1f}-{max(r.load for r in n + m):.1f} |"
+                f"| {min(r.load for r in n + m):.1f}-{max(r.load for r in n + m):.1f} "
+                f"(idle {min(r.idle for r in m):.0%}-{max(r.idle for r in m):.0%}) |"
             )
     return "\n".join(rows)
+
+
+@contextmanager
+def stand_in(port: int = 18080) -> Iterator[None]:
+    """The kit's HTTP stand-in on ``port``, started here unless one (the NoETL stack's) already listens."""
+    import socket
+
+    with socket.socket() as s:
+        if s.connect_ex(("127.0.0.1", port)) == 0:
+            yield
+            return
+    kit = Path(os.environ.get("NOETL_ORACLE_KIT", ROOT.parent / "shared" / "noetl-oracle")).resolve()
+    proc = subprocess.Popen([sys.executable, str(kit / "httpd.py"), str(port), "0"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"the HTTP stand-in did not listen on {port}")
+            time.sleep(0.05)
+        yield
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def mcpipe_alone(cases: list[str], python: dict[str, object], rounds: int, runs: int) -> int:
+    """``--only mcpipe``: mcpipe's side alone, its answers checked against the goldens first, then each case at
+    concurrency 1 and 16 (``runs * 10`` and ``runs * 40`` runs, as beside NoETL) for ``rounds`` rounds."""
+    with stand_in(), mcpipe_side(cases, python) as (url, pids, names):
+        for case in cases:
+            print(f"{case}: mcpipe {check('mcpipe', case, mcpipe_answer(url, names[case]))}", flush=True)
+        print(f"mcpipe server pid {pids[0]}", flush=True)
+        for rnd in range(rounds):
+            for case in cases:
+                for c in CONCURRENCY:
+                    n = max(c, runs if c == 1 else runs * 4) * 10
+                    quiet(pids)
+                    r = measure("mcpipe", pids, case, c, n, lambda case, c, n: mcpipe_load(url, names[case], c, n))
+                    print(f"round {rnd + 1} mcpipe {case:26s} c={c:2d}: {r.per_s:8.2f} runs/s, "
+                          f"wall {statistics.median(r.latencies) * 1000:6.1f} ms/run, "
+                          f"CPU {r.cpu_per_run * 1000:7.1f} ms/run, RSS {r.peak_rss_mb:5.0f} MB, "
+                          f"load {r.load:.1f}, idle {r.idle:.0%}", flush=True)  # fmt: skip
+    return 0
 
 
 def main() -> int:
@@ -381,6 +453,9 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="leave the NoETL stack running")
     ap.add_argument("--no-start", action="store_true", help="the NoETL stack is already up")
     ap.add_argument("--json", help="write the raw figures here")
+    ap.add_argument(
+        "--only", choices=("mcpipe",), help="run mcpipe's side alone (no NoETL stack; its answers still checked)"
+    )
     ap.add_argument("--python-reuse", choices=("step", "run"), default="step", help="mcpipe's outbound.python.reuse")
     ap.add_argument("--python-workers", type=int, default=4, help="mcpipe's outbound.python.workers")
     ap.add_argument("--python-prefork", type=int, default=2, help="mcpipe's outbound.python.prefork (spares kept)")
@@ -395,6 +470,9 @@ def main() -> int:
     if unknown:
         print(f"noetl_peer: no golden case {', '.join(unknown)} in {GOLDEN}", file=sys.stderr)
         return 2
+    python = {"reuse": args.python_reuse, "workers": args.python_workers, "prefork": args.python_prefork}
+    if args.only == "mcpipe":
+        return mcpipe_alone(cases, python, args.rounds, args.runs)
     kit = Path(os.environ.get("NOETL_ORACLE_KIT", ROOT.parent / "shared" / "noetl-oracle")).resolve()
     if not (kit / "run.py").exists():
         print(f"noetl_peer: no oracle kit at {kit} (set NOETL_ORACLE_KIT)", file=sys.stderr)
@@ -409,7 +487,6 @@ def main() -> int:
     try:
         noetl = Noetl(kit, env, args.poll)
         noetl.prepare(cases)
-        python = {"reuse": args.python_reuse, "workers": args.python_workers, "prefork": args.python_prefork}
         with mcpipe_side(cases, python) as (url, mcpipe_pids, names):
             verdicts = {}
             for case in cases:
@@ -435,11 +512,12 @@ def main() -> int:
                             pids, fn = sides[side]
                             # mcpipe answers in milliseconds: give it more runs, so its figures are not noise
                             n = runs if side == "noetl" else runs * 10
+                            quiet(sides["noetl"][0] + sides["mcpipe"][0])
                             r = measure(side, pids, case, c, n, fn)
                             results.append(r)
                             print(f"round {rnd + 1} {side:6s} {case:26s} c={c:2d}: {r.per_s:8.2f} runs/s, "
                                   f"CPU {r.cpu_per_run * 1000:7.1f} ms/run, RSS {r.peak_rss_mb:5.0f} MB, "
-                                  f"load {r.load:.1f}", flush=True)  # fmt: skip
+                                  f"load {r.load:.1f}, idle {r.idle:.0%}", flush=True)  # fmt: skip
         print()
         print(table(results, cases))
         if args.json:

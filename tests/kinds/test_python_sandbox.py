@@ -4,6 +4,7 @@ a worker with a uid of its own kills every process of that uid)."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -62,3 +63,103 @@ async def test_a_step_imports_a_standard_module_the_fork_server_has_not_whatever
         out = await step.execute(env(), ToolContext())
     assert out.ok, out.error
     assert out.output == [True, 1]
+
+
+async def _ended(fd: int) -> None:
+    """Wait (bounded by the caller) until the process of pidfd ``fd`` has ended."""
+    try:
+        await trio.lowlevel.wait_readable(fd)
+    finally:
+        os.close(fd)
+
+
+async def test_the_fork_server_outlives_the_thread_that_started_it():
+    # The server starts it from a thread of Trio's cache, which ends after 10 s without work; the kernel's
+    # parent-death signal follows that thread, and it had been SIGKILL: every worker died with it, mid-step.
+    import threading
+
+    from mcpipe._sandbox import SANDBOX
+
+    SANDBOX.stop()
+    starter = threading.Thread(target=SANDBOX._current)
+    starter.start()
+    starter.join()
+    zygote = SANDBOX._zygote
+    assert zygote is not None
+    step = compiled({"kind": "python", "code": "result = 6 * 7"}, StepPolicy(python=PythonPolicy(timeout_ms=20_000)))
+    with trio.fail_after(30):
+        out = await step.execute(env(), ToolContext())
+    assert (out.ok, out.output) == (True, 42), out.error
+    assert SANDBOX._zygote is zygote and zygote.proc.poll() is None
+
+
+KILLED_SERVER = """
+import json, sys, threading, trio
+from mcpipe.kinds import _pyworker
+from mcpipe._sandbox import SANDBOX, Shape
+from mcpipe._workerpool import WorkerPool
+
+async def main():
+    pool = WorkerPool("python", _pyworker._SPAWNER, size=2, reuse=False, spares=1)
+    shape = _pyworker.python_shape(True, True)
+    starter = threading.Thread(target=SANDBOX._current)  # as Trio's cache would, a thread that then ends
+    starter.start()
+    starter.join()
+    pool.prefork(1, key=shape)
+    worker, _ = pool._checkout(shape)
+    await worker.start()
+    pool.prefork(1, key=shape)  # a spare besides, forked and waiting
+    spare = next(w for w in pool._idle if w is not worker)
+    await spare.start()
+    print(json.dumps([SANDBOX._zygote.proc.pid, worker.pid, worker.worker.cwd, spare.worker.cwd]), flush=True)
+    sys.stdin.read()
+
+trio.run(main)
+"""
+
+
+async def test_the_fork_server_and_its_workers_end_when_the_server_is_killed_their_directories_removed():
+    import signal
+    import subprocess
+    import sys
+
+    with trio.fail_after(60):
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, "-c", KILLED_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        try:
+            assert proc.stdout is not None
+            line = b""
+            while not line.endswith(b"\n"):
+                chunk = await proc.stdout.receive_some()
+                assert chunk, "the server ended before it had a worker"
+                line += chunk
+            zygote_pid, worker_pid, *dirs = json.loads(line)
+            zygote, worker = os.pidfd_open(zygote_pid), os.pidfd_open(worker_pid)  # both alive
+            assert all([await trio.Path(d).is_dir() for d in dirs])
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            await proc.wait()
+        await _ended(zygote)
+        await _ended(worker)
+        left = [(d, sorted(os.listdir(d))) for d in dirs if await trio.Path(d).exists()]
+        assert not left, (left, zygote_pid)  # removed before the fork server ended
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import os\nresult = os.getcwd()",
+        "import os\nopen('left.txt', 'w').write('x')\nos.mkdir('d')\nresult = os.getcwd()",
+    ],
+    ids=["left-empty", "left-files"],
+)
+async def test_a_workers_directory_is_removed_once_it_ended_empty_or_not(code):
+    step = compiled({"kind": "python", "code": code}, StepPolicy(python=PythonPolicy(timeout_ms=20_000)))
+    with trio.fail_after(30):
+        out = await step.execute(env(), ToolContext())
+        assert out.ok, out.error
+        cwd = trio.Path(out.output)
+        assert cwd.name.startswith("mcpipe-py-")
+        while await cwd.exists():  # noqa: ASYNC110 (the reaper thread removes it: no event to wait on)
+            await trio.sleep(0.01)

@@ -394,59 +394,64 @@ class Worker:
 
 class _Reaper:
     """One daemon thread that collects ended workers: waits until the fork server says a worker and all of
-    its processes are gone (its ``st`` closes), then closes its pidfd, removes its working directory and
-    gives its uid back. Also reaps replaced fork servers."""
+    its processes are gone (its ``st`` closes; the fork server has removed its working directory by then),
+    then closes its pidfd and gives its uid back (and removes the directory when the fork server died
+    first). Also reaps replaced fork servers.
+
+    A worker's ``st`` goes into the thread's epoll set as it is collected (``epoll_ctl`` from the collecting
+    thread: the reaper is not woken for it, and does not build its wait set again for each wake-up)."""
 
     def __init__(self, release_uid: Any) -> None:
         self._lock = threading.Lock()
-        self._pending: list[Worker] = []
+        self._pending: dict[int, Worker] = {}
         self._procs: list[subprocess.Popen[bytes]] = []
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
+        self._poller = select.epoll()
+        self._poller.register(self._wake_r, select.EPOLLIN)
         self._thread: threading.Thread | None = None
         self._release_uid = release_uid
 
-    def _kick(self) -> None:
+    def _start(self) -> None:
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="mcpipe-sandbox-reaper", daemon=True)
                 self._thread.start()
-        with contextlib.suppress(BlockingIOError):
-            os.write(self._wake_w, b"x")
 
     def collect(self, worker: Worker) -> None:
+        fd = worker.st.fileno()
         with self._lock:
-            self._pending.append(worker)
-        self._kick()
+            if fd in self._pending:  # collected already
+                return
+            self._pending[fd] = worker
+        self._poller.register(fd, select.EPOLLIN)
+        self._start()
 
     def reap_process(self, proc: subprocess.Popen[bytes]) -> None:
         with self._lock:
             self._procs.append(proc)
-        self._kick()
+        self._start()
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._wake_w, b"x")  # its wait gets a timeout now, to poll the process
 
     def _run(self) -> None:
         short_slice(SLICE_US)  # it takes the GIL now and then: preempted holding it, it must not hold it long
         while True:
             with self._lock:
-                workers = list(self._pending)
                 procs = list(self._procs)
             for proc in procs:
                 if proc.poll() is not None:
                     with self._lock:
                         self._procs.remove(proc)
-            poller = select.poll()
-            poller.register(self._wake_r, select.POLLIN)
-            for w in workers:
-                poller.register(w.st.fileno(), select.POLLIN)
-            events = poller.poll(1000 if procs else None)
-            for fd, _ in events:
+            for fd, _ in self._poller.poll(1.0 if procs else -1):
                 if fd == self._wake_r:
                     with contextlib.suppress(BlockingIOError):
                         os.read(self._wake_r, 4096)
                     continue
-                for w in workers:
-                    if w.st.fileno() == fd:
-                        self._settle(w)
+                with self._lock:
+                    w = self._pending.get(fd)
+                if w is not None:
+                    self._settle(w)
 
     def _settle(self, w: Worker) -> None:
         try:
@@ -459,11 +464,12 @@ class _Reaper:
             w.exited = True
             return
         with self._lock:
-            self._pending.remove(w)
+            del self._pending[w.st.fileno()]
+        self._poller.unregister(w.st)
         w.st.close()
         if w.pidfd >= 0:
             os.close(w.pidfd)
-        if w.cwd:
+        if w.cwd and not w.exited:  # the fork server removes it once the worker ended: unless it died first
             shutil.rmtree(w.cwd, ignore_errors=True)
         # The uid is free only when the fork server said the worker ended (and swept its uid); a fork server
         # that died first said nothing, and a uid that may still run something is not given out again.

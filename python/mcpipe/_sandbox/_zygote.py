@@ -43,6 +43,7 @@ import json
 import os
 import resource
 import select
+import shutil  # (tempfile imports it: nothing more in the fork server)
 import signal
 import socket
 import stat
@@ -482,8 +483,8 @@ class Zygote:
         self.config = config
         self.iso = probe(config)
         self.roles = {name: _load_role(path) for name, path in config.roles.items()}
-        # worker pid -> (its st socket, its uid of its own or None, whether it has a PID namespace)
-        self.workers: dict[int, tuple[socket.socket, int | None, bool]] = {}
+        # worker pid -> (its st socket, its uid of its own or None, whether it has a PID namespace, its directory)
+        self.workers: dict[int, tuple[socket.socket, int | None, bool, str]] = {}
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
         signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -495,6 +496,8 @@ class Zygote:
         hello = {"hello": self.iso.as_dict(), "pid": os.getpid()}
         self.sock.sendall(json.dumps(hello).encode())
         while True:
+            if _GONE:  # (the signal's wake-up byte ends the select below)
+                self.stop()
             readable, _, _ = select.select([self.sock.fileno(), self.wake_r], [], [])
             if self.wake_r in readable:
                 with contextlib.suppress(BlockingIOError):
@@ -515,9 +518,11 @@ class Zygote:
                             os.close(fd)
 
     def stop(self) -> None:
-        for pid in list(self.workers):
+        """End, the workers with it (the server is gone): their directories too, which no one else removes."""
+        for pid, (_st, _uid, _pidns, cwd) in list(self.workers.items()):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+            remove_dir(cwd)
         os._exit(0)
 
     def handle(self, cmd: dict[str, Any], fds: list[int]) -> None:
@@ -526,7 +531,7 @@ class Zygote:
         st = socket.socket(fileno=os.dup(fds[0]))
         try:
             pid, cwd = self.spawn(cmd, fds)
-        except OSError as e:
+        except OSError as e:  # (spawn removed the directory it made)
             with contextlib.suppress(OSError):
                 st.send(json.dumps({"error": f"cannot start a worker: {e}"}).encode())
             st.close()
@@ -537,7 +542,7 @@ class Zygote:
             os.kill(pid, signal.SIGKILL)
             with contextlib.suppress(OSError):
                 st.send(json.dumps({"error": f"cannot watch a worker: {e}"}).encode())
-            self.workers[pid] = (st, None, self.use_pidns(cmd))
+            self.workers[pid] = (st, None, self.use_pidns(cmd), cwd)
             return
         ack = {"pid": pid, "cwd": cwd, "loops": self.loops(cmd)}
         try:
@@ -547,7 +552,7 @@ class Zygote:
         finally:
             os.close(pidfd)
         own_uid = cmd.get("uid") if self.iso.uid and cmd.get("separate_uid", True) else None
-        self.workers[pid] = (st, own_uid, self.use_pidns(cmd))
+        self.workers[pid] = (st, own_uid, self.use_pidns(cmd), cwd)
 
     def use_pidns(self, cmd: Mapping[str, object]) -> bool:
         return self.iso.pidns and bool(cmd.get("pidns", True))
@@ -564,9 +569,13 @@ class Zygote:
         pidns = self.use_pidns(cmd)
         proc = pidns and self.iso.proc
         cwd = tempfile.mkdtemp(prefix="mcpipe-py-", dir=self.config.tmp)
-        if uid is not None:
-            os.chown(cwd, uid, uid)
-        pid = fork_in(self.iso.own_pidns if pidns else -1)
+        try:
+            if uid is not None:
+                os.chown(cwd, uid, uid)
+            pid = fork_in(self.iso.own_pidns if pidns else -1)
+        except OSError:
+            remove_dir(cwd)
+            raise
         if pid == 0:
             code = 70
             try:
@@ -586,6 +595,7 @@ class Zygote:
             os._exit(70)
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(PARENT_GONE, signal.SIG_DFL)
         _st, io, out, err = fds[:4]
         stdin = fds[4] if len(fds) > 4 else os.open(os.devnull, os.O_RDONLY)
         os.dup2(stdin, 0)
@@ -624,12 +634,13 @@ class Zygote:
             entry = self.workers.pop(pid, None)
             if entry is None:
                 continue  # something a worker left, re-parented here and now gone
-            st, uid, in_pidns = entry
+            st, uid, in_pidns, cwd = entry
             if not in_pidns:  # in its own PID namespace, the kernel has killed the rest already
                 if uid is not None:
                     self.sweep_uid(uid)
                 else:
                     self.sweep_orphans()
+            remove_dir(cwd)  # before the server hears of the end: what the worker left is gone by then
             with contextlib.suppress(OSError):
                 st.send(json.dumps({"exit": os.waitstatus_to_exitcode(status)}).encode())
             st.close()
@@ -652,6 +663,16 @@ class Zygote:
             if pid not in self.workers:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
+
+
+def remove_dir(path: str) -> None:
+    """Remove a worker's directory: one ``rmdir`` when the step left it empty (most do), else the tree."""
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def children_of(parent: int) -> list[int]:
@@ -952,9 +973,27 @@ def _finish(child: int, pidns: bool, answer: Mapping[str, object] | None, reaped
     os._exit(0)
 
 
+PARENT_GONE = signal.SIGHUP
+"""The fork server's parent-death signal. The kernel sends it when the *thread* that started this process
+ends, not only when the server does: the server starts it from a thread of Trio's cache, which ends after
+10 s without work. So it is caught, and this process ends only when its parent is another (the server is
+gone); its workers, whose parent-death signal is ``SIGKILL``, end with it."""
+
+
+_GONE: list[bool] = []
+"""Set when the parent-death signal came and the parent is another: the serve loop stops (between two
+requests, so that what it was doing, a worker reaped, is finished), its workers with it."""
+
+
+def _parent_gone(parent: int) -> None:
+    if os.getppid() != parent:
+        _GONE.append(True)
+
+
 def main() -> None:
     parent = os.getppid()
-    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the server gone (even killed), this process goes, its workers too
+    signal.signal(PARENT_GONE, lambda *_: _parent_gone(parent))
+    prctl(PR_SET_PDEATHSIG, PARENT_GONE)  # the server gone (even killed), this process goes, its workers too
     if os.getppid() != parent:
         os._exit(0)
     sock = socket.socket(fileno=int(sys.argv[1]))

@@ -16,7 +16,9 @@ Rendering is bounded while it runs (issue 20), by three budgets of one :func:`re
 - **time**: the expression deadline (``pipe.expression_timeout_ms``). :func:`render_async` renders in a thread
   (the event loop keeps its turns of the interpreter); past the deadline, or when its caller is cancelled (a
   step's ``timeout_ms``), the thread is interrupted: an exception is raised in it at its next bytecode, so a
-  loop that builds nothing stops too. :func:`render` interrupts its own thread the same way.
+  loop that builds nothing stops too. :func:`render` interrupts its own thread the same way. A value whose
+  every template only reads (``{{ input.url }}``, ``{{ output.status == 'error' }}``: :attr:`Compiled.bounded`)
+  renders in the caller's thread at once: it cannot loop nor build, so no deadline could pass in it.
 - **depth**: calls (macros, ``caller()``, methods) and nested ``render`` filters at most :data:`MAX_RENDER_DEPTH`
   deep, so a template rendering itself stops at once instead of recursing to Python's limit.
 
@@ -545,6 +547,10 @@ class Compiled:
     render: Callable[[Mapping[str, Any]], Any]
     sources: tuple[str, ...]
     """Every template source in it (for static reference checks)."""
+    bounded: bool = False
+    """Each of its templates is one expression that builds nothing and takes time in proportion to the values
+    it reads (:func:`_bounded`: ``{{ input.url }}``, ``{{ output.status == 'error' }}``): rendered in the
+    caller's thread, without a watchdog, since no deadline could pass in it."""
 
     @property
     def constant(self) -> bool:
@@ -552,7 +558,43 @@ class Compiled:
 
 
 def _const(value: object) -> Compiled:
-    return Compiled(lambda _roots: value, ())
+    return Compiled(lambda _roots: value, (), True)
+
+
+_COMPARISONS = frozenset({"eq", "ne", "lt", "lteq", "gt", "gteq", "in", "notin"})
+
+
+def _bounded(node: nodes.Node) -> bool:
+    """Whether an expression only reads: names, attributes and items by constant keys, constants (lists and
+    tuples of them too), comparisons, ``in``, ``and``, ``or``, ``not``. No call, filter, test, arithmetic or
+    concatenation: it builds nothing, and its time is at most linear in the values it reads."""
+    match node:
+        case nodes.Name():
+            return node.ctx == "load"
+        case nodes.Const():
+            return True
+        case nodes.Getattr():
+            return _bounded(node.node)
+        case nodes.Getitem():
+            return isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str | int) and _bounded(node.node)
+        case nodes.List() | nodes.Tuple():
+            return all(isinstance(item, nodes.Const) for item in node.items)
+        case nodes.Compare():
+            return _bounded(node.expr) and all(op.op in _COMPARISONS and _bounded(op.expr) for op in node.ops)
+        case nodes.And() | nodes.Or():
+            return _bounded(node.left) and _bounded(node.right)
+        case nodes.Not():
+            return _bounded(node.node)
+    return False
+
+
+def _bounded_source(env: jinja2.Environment, source: str) -> bool:
+    """Whether ``source`` (one whole ``{{ expression }}``) is :func:`_bounded`."""
+    body = env.parse(source).body
+    if len(body) != 1 or not isinstance(body[0], nodes.Output):
+        return False
+    exprs = [n for n in body[0].nodes if not (isinstance(n, nodes.TemplateData) and not n.data.strip())]
+    return len(exprs) == 1 and _bounded(exprs[0])
 
 
 def compile_value(value: object, location: str, problems: list[tuple[str, str]]) -> Compiled:
@@ -575,7 +617,7 @@ def compile_value(value: object, location: str, problems: list[tuple[str, str]])
                     _fits_text(out, "the value")
                     return out
 
-                return Compiled(whole, (value,))
+                return Compiled(whole, (value,), _bounded_source(env, value))
             template = env.from_string(value)
         except jinja2.TemplateSyntaxError as e:
             problems.append((location, f"template syntax error: {e.message} (line {e.lineno})"))
@@ -589,13 +631,19 @@ def compile_value(value: object, location: str, problems: list[tuple[str, str]])
         if all(c.constant for _, c in items):
             return _const(value)
         return Compiled(
-            lambda roots: {k: c.render(roots) for k, c in items}, tuple(s for _, c in items for s in c.sources)
+            lambda roots: {k: c.render(roots) for k, c in items},
+            tuple(s for _, c in items for s in c.sources),
+            all(c.bounded for _, c in items),
         )
     if isinstance(value, list):
         parts = [compile_value(v, f"{location}[{i}]", problems) for i, v in enumerate(value)]
         if all(c.constant for c in parts):
             return _const(value)
-        return Compiled(lambda roots: [c.render(roots) for c in parts], tuple(s for c in parts for s in c.sources))
+        return Compiled(
+            lambda roots: [c.render(roots) for c in parts],
+            tuple(s for c in parts for s in c.sources),
+            all(c.bounded for c in parts),
+        )
     return _const(value)
 
 
@@ -716,7 +764,7 @@ def render(compiled: Compiled, roots: Mapping[str, object], location: str) -> An
     if compiled.constant:
         return compiled.render(roots)
     outer = _BUDGET.get()
-    if outer is not None:  # a render inside a render (a prompt's template): the same budgets
+    if outer is not None or compiled.bounded:  # a render inside a render (a prompt's template): the same budgets
         return _located(compiled, roots, location)
     ms = expression_timeout_ms()
     job = _Job(ms)
@@ -739,13 +787,16 @@ async def render_async(compiled: Compiled, roots: Mapping[str, object], location
     """:func:`render` off the event loop: in a thread (at most 4 at once), interrupted at the deadline or as
     soon as the caller is cancelled (a step's ``timeout_ms``). The deadline starts when the rendering does:
     waiting for a thread is not rendering (before, a caller queued behind others' slow templates timed out
-    without its own having run).
+    without its own having run). A :attr:`~Compiled.bounded` value renders here, at once: a thread and its
+    watchdog would cost more than the lookups.
 
     Raises:
         RenderError: as :func:`render`.
     """
     if compiled.constant:
         return compiled.render(roots)
+    if compiled.bounded:
+        return _located(compiled, roots, location)
     ms = expression_timeout_ms()
     job = _Job(ms)
     try:

@@ -16,6 +16,7 @@ Unlike NoETL, an undefined name is an error naming the template's place, never t
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import re
 from collections.abc import Callable, Container, Iterable, Mapping
@@ -114,6 +115,10 @@ class Tmpl:
     mode: str  # "config" | "engine"
     shape: Any  # the value with each template string replaced by its index in `parts`
     parts: tuple[tuple[Compiled, bool], ...]  # (compiled string, uses tojson)
+    inline: Compiled | None = None
+    """The whole rendered in the caller's thread, when every template in it only reads
+    (:attr:`~mcpipe.expr._jinja.Compiled.bounded`); it gives way to a thread's render (:class:`_Slow`) where
+    a text is long enough that reading it back as a literal is work."""
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -125,18 +130,34 @@ class Tmpl:
         if not self.parts:
             return self.shape
         try:
+            if self.inline is not None:
+                with contextlib.suppress(_Slow):
+                    return render(self.inline, roots, self.location)
             return render(self.compiled, roots, self.location)
         except RenderError as e:
             raise _once(e, self.location) from None
 
     async def render_async(self, roots: Mapping[str, object]) -> Any:
-        """:meth:`render` off the event loop (a worker thread, interrupted at the deadline)."""
+        """:meth:`render` off the event loop (a worker thread, interrupted at the deadline), or at once in
+        this thread when every template in it only reads (:attr:`inline`)."""
         if not self.parts:
             return self.shape
         try:
+            if self.inline is not None:
+                with contextlib.suppress(_Slow):
+                    return await render_async(self.inline, roots, self.location)
             return await render_async(self.compiled, roots, self.location)
         except RenderError as e:
             raise _once(e, self.location) from None
+
+
+class _Slow(Exception):
+    """An inline render (:attr:`Tmpl.inline`) met a text longer than :data:`INLINE_LITERAL` to read back as a
+    literal: the render is done again in a thread, where a deadline bounds that reading."""
+
+
+INLINE_LITERAL = 4096
+"""The longest rendered text an inline render reads back as a literal (``"[...]"``, ``"{...}"``) itself."""
 
 
 def _once(e: RenderError, location: str) -> RenderError:
@@ -209,15 +230,24 @@ def compile_tmpl(value: object, location: str, problems: list[tuple[str, str]], 
     frozen = tuple(parts)
     # One render of the whole value: each template in it renders within the same budgets, located at itself.
     whole = Compiled(lambda roots: fill(shape, _Slot, lambda at: _part(frozen[at.i], at.where, roots, mode)), sources)
-    return Tmpl(whole, location, mode, shape, frozen)
+    inline = None
+    if parts and all(c.bounded for c, _ in parts):
+        inline = Compiled(
+            lambda roots: fill(shape, _Slot, lambda at: _part(frozen[at.i], at.where, roots, mode, inline=True)),
+            sources,
+            True,
+        )
+    return Tmpl(whole, location, mode, shape, frozen, inline)
 
 
-def _part(part: tuple[Compiled, bool], where: str, roots: Mapping[str, object], mode: str) -> Any:
+def _part(part: tuple[Compiled, bool], where: str, roots: Mapping[str, object], mode: str, inline: bool = False) -> Any:
     compiled, tojson = part
     out = render(compiled, roots, where)
     if mode == "text" and not isinstance(out, str):
         out = str(out)  # NoETL's worker renders the template to text, whatever the expression's value
     if isinstance(out, str) and not tojson:
+        if inline and mode != "engine" and len(out) > INLINE_LITERAL:
+            raise _Slow
         out = _coerce(out, "config" if mode == "text" else mode)
     return out
 
