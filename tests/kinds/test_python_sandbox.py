@@ -163,3 +163,86 @@ async def test_a_workers_directory_is_removed_once_it_ended_empty_or_not(code):
         assert cwd.name.startswith("mcpipe-py-")
         while await cwd.exists():  # noqa: ASYNC110 (the reaper thread removes it: no event to wait on)
             await trio.sleep(0.01)
+
+
+CLAIM = """
+import sys
+from mcpipe._sandbox import claim_uid_base
+print(claim_uid_base(sys.argv[1])[0], flush=True)
+"""
+
+
+def test_two_servers_on_one_host_claim_different_uid_blocks_and_a_block_is_free_again_when_its_server_ends(
+    tmp_path,
+):
+    import subprocess
+    import sys
+
+    from mcpipe._sandbox import UID_BASE, UID_BLOCK, claim_uid_base
+
+    locks = str(tmp_path / "uids")
+    base, fd = claim_uid_base(locks)
+    assert (base, fd is not None) == (UID_BASE, True)
+    try:
+        other = subprocess.run([sys.executable, "-c", CLAIM, locks], capture_output=True, text=True, check=True)
+        assert int(other.stdout) == UID_BASE + UID_BLOCK  # while this one holds the first
+    finally:
+        assert fd is not None
+        os.close(fd)
+    again = subprocess.run([sys.executable, "-c", CLAIM, locks], capture_output=True, text=True, check=True)
+    assert int(again.stdout) == UID_BASE
+
+
+def test_a_uid_lock_directory_another_user_could_write_is_not_trusted(tmp_path):
+    from mcpipe._sandbox import UID_BASE, UID_BLOCK, UID_BLOCKS, claim_uid_base
+
+    locks = tmp_path / "uids"
+    locks.mkdir(mode=0o777)
+    locks.chmod(0o777)
+    base, fd = claim_uid_base(str(locks))
+    assert fd is None and base == UID_BASE + (os.getpid() % UID_BLOCKS) * UID_BLOCK
+    assert not list(locks.iterdir())
+
+
+WORKER_UID = """
+import trio
+from kit.declared import compiled, env
+from mcpipe.declared import StepPolicy
+from mcpipe.kinds import PythonPolicy
+from mcpipe.tools._base import ToolContext
+
+async def main():
+    step = compiled({"kind": "python", "code": "import os; result = os.getuid()"},
+                    StepPolicy(python=PythonPolicy(timeout_ms=20_000)))
+    out = await step.execute(env(), ToolContext())
+    print(out.output, flush=True)
+
+trio.run(main)
+"""
+
+
+async def test_another_server_on_the_host_runs_its_workers_under_other_uids():
+    # A worker's end kills every process of its uid (when it has no PID namespace of its own): two servers
+    # handing out the same uids would kill each other's workers, and their workers could signal each other.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    iso = await isolation()
+    if not iso.uid:
+        pytest.skip("workers keep the server's uid here (the server is not root)")
+    step = compiled({"kind": "python", "code": "import os; result = os.getuid()"}, StepPolicy(python=PythonPolicy()))
+    with trio.fail_after(30):
+        ours = await step.execute(env(), ToolContext())
+    tests = str(Path(__file__).resolve().parents[1])
+    theirs = await trio.to_thread.run_sync(
+        lambda: subprocess.run(
+            [sys.executable, "-c", WORKER_UID],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": tests},
+        )
+    )
+    assert theirs.returncode == 0, theirs.stderr[-2000:]
+    assert ours.ok and int(theirs.stdout) != ours.output

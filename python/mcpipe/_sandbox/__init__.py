@@ -30,7 +30,8 @@ the step that runs.
 
 What a worker left when it ended (its process, its working directory, its uid) is collected by one daemon
 thread (the *reaper*), off the callers' path: a uid is given out again only once the fork server has said
-that the worker and every process of that uid are gone.
+that the worker and every process of that uid are gone. Each server on a host has a block of uids of its own
+(:func:`claim_uid_base`): a worker's end kills every process of its uid, which must never be another server's.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import fcntl
+import functools
 import json
 import os
 import select
@@ -61,7 +64,9 @@ __all__ = [
     "SANDBOX",
     "SPAWN_TIMEOUT_S",
     "UID_BASE",
+    "UID_BLOCK",
     "UID_COUNT",
+    "claim_uid_base",
     "Isolation",
     "Sandbox",
     "SandboxError",
@@ -73,11 +78,51 @@ __all__ = [
 ]
 
 UID_BASE = 0x6D700000
-"""The first uid a worker runs as when the server runs as root (``0x6D70`` is "mp"); worker ``n`` runs as
-``UID_BASE + n``. No account needs to exist for them."""
+"""The first uid workers run as when the server runs as root (``0x6D70`` is "mp"): a server's worker ``n``
+runs as its base (:func:`claim_uid_base`, ``UID_BASE`` for the first server of a host) plus ``n``. No account
+needs to exist for them."""
 
 UID_COUNT = 4096
 """How many such uids: at most this many workers alive at once (running, spare, or being collected)."""
+
+UID_BLOCK = 8192
+"""The uids one server's workers take, from its base (:func:`claim_uid_base`): the base and ``UID_COUNT`` more."""
+UID_BLOCKS = 4096
+"""How many servers on one host can each hold a block of uids (the last uid is about 1.87e9, below 2**31)."""
+UID_LOCKS = "/run/mcpipe-uids"
+"""Where servers claim their blocks: one file a block, held with ``flock`` for the server's life."""
+
+
+def claim_uid_base(locks: str = UID_LOCKS) -> tuple[int, int | None]:
+    """A base of :data:`UID_BLOCK` uids no other server on this host uses, and the descriptor holding it.
+
+    The first block whose lock file in ``locks`` takes an exclusive ``flock`` is this process's until it ends
+    (the kernel drops the lock with the process, however it ends). Where the directory cannot be made or
+    locked (no ``/run``, not root), the block is the pid's: distinct from any other live server's but for a
+    pid collision modulo :data:`UID_BLOCKS`, and the descriptor is None.
+    """
+    try:
+        os.makedirs(locks, mode=0o700, exist_ok=True)
+        info = os.lstat(locks)
+        if info.st_uid != os.geteuid() or info.st_mode & 0o022:
+            raise PermissionError(f"{locks} is not this user's alone")
+        for block in range(UID_BLOCKS):
+            fd = os.open(os.path.join(locks, str(block)), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            return UID_BASE + block * UID_BLOCK, fd
+    except OSError:
+        pass
+    return UID_BASE + (os.getpid() % UID_BLOCKS) * UID_BLOCK, None
+
+
+@functools.cache
+def _uid_base() -> int:
+    """This server's uid base, claimed once (the lock's descriptor stays open for the process's life)."""
+    return claim_uid_base()[0]
 
 SPAWN_TIMEOUT_S = 5.0
 """A fork server that has not forked a worker asked for within this long is wedged, and is replaced."""
@@ -187,7 +232,8 @@ class _Zygote:
     def __init__(self, generation: int, roles: dict[str, str]) -> None:
         self.generation = generation
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        config = {"uid_base": UID_BASE, "roles": roles, "slice_us": SLICE_US}
+        uid_base = _uid_base() if os.geteuid() == 0 else UID_BASE  # a base matters only to root
+        config = {"uid_base": uid_base, "roles": roles, "slice_us": SLICE_US}
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-I", _SCRIPT, str(theirs.fileno()), json.dumps(config)],
@@ -579,7 +625,7 @@ class Sandbox:
             if self._next_uid >= UID_COUNT:
                 raise SandboxError(f"all {UID_COUNT} sandbox uids are in use")
             self._next_uid += 1
-            return UID_BASE + self._next_uid
+            return _uid_base() + self._next_uid
 
     def _release_uid(self, uid: int) -> None:
         with self._lock:
