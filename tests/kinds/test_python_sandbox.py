@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 import trio
@@ -204,6 +205,8 @@ def test_a_uid_lock_directory_another_user_could_write_is_not_trusted(tmp_path):
     assert not list(locks.iterdir())
 
 
+TESTS = str(Path(__file__).resolve().parents[1])
+
 WORKER_UID = """
 import trio
 from kit.declared import compiled, env
@@ -226,7 +229,6 @@ async def test_another_server_on_the_host_runs_its_workers_under_other_uids():
     # handing out the same uids would kill each other's workers, and their workers could signal each other.
     import subprocess
     import sys
-    from pathlib import Path
 
     iso = await isolation()
     if not iso.uid:
@@ -234,14 +236,13 @@ async def test_another_server_on_the_host_runs_its_workers_under_other_uids():
     step = compiled({"kind": "python", "code": "import os; result = os.getuid()"}, StepPolicy(python=PythonPolicy()))
     with trio.fail_after(30):
         ours = await step.execute(env(), ToolContext())
-    tests = str(Path(__file__).resolve().parents[1])
     theirs = await trio.to_thread.run_sync(
         lambda: subprocess.run(
             [sys.executable, "-c", WORKER_UID],
             capture_output=True,
             text=True,
             timeout=60,
-            env={**os.environ, "PYTHONPATH": tests},
+            env={**os.environ, "PYTHONPATH": TESTS},
         )
     )
     assert theirs.returncode == 0, theirs.stderr[-2000:]

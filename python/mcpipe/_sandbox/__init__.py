@@ -66,7 +66,6 @@ __all__ = [
     "UID_BASE",
     "UID_BLOCK",
     "UID_COUNT",
-    "claim_uid_base",
     "Isolation",
     "Sandbox",
     "SandboxError",
@@ -74,6 +73,7 @@ __all__ = [
     "SandboxSpawner",
     "Shape",
     "Worker",
+    "claim_uid_base",
     "isolation",
 ]
 
@@ -123,6 +123,7 @@ def claim_uid_base(locks: str = UID_LOCKS) -> tuple[int, int | None]:
 def _uid_base() -> int:
     """This server's uid base, claimed once (the lock's descriptor stays open for the process's life)."""
     return claim_uid_base()[0]
+
 
 SPAWN_TIMEOUT_S = 5.0
 """A fork server that has not forked a worker asked for within this long is wedged, and is replaced."""
