@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-import os
 import time
 from datetime import UTC, datetime
 
 import orjson
 import pytest
 
-from mcpipe import _audit, gateway
+from kit.audit import counted_writes
+from mcpipe import gateway
 from mcpipe.gateway import AuditLog, Gateway
 from mcpipe.tools import ToolContext, ToolRegistry
 
@@ -46,14 +46,7 @@ def test_audit_times_move_with_the_clock_and_repeat_only_within_a_millisecond(mo
 
 
 async def test_each_audit_record_is_one_line_written_with_one_write_and_its_time_is_now(tmp_path, monkeypatch):
-    writes: list[bytes] = []
-    real = os.write
-
-    def counted(fd: int, data: bytes) -> int:
-        writes.append(bytes(data))
-        return real(fd, data)
-
-    monkeypatch.setattr(_audit.os, "write", counted)
+    writes = counted_writes(monkeypatch)
     tools = ToolRegistry()
 
     @tools.tool

@@ -5,7 +5,6 @@ as a synchronous tool does; a run with anything else in it still passes the even
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +14,8 @@ import pytest
 import trio
 import yaml
 
+from kit.audit import counted_writes
 from kit.servers import http_server, make_config
-from mcpipe import _audit
 from mcpipe.declared import load_declared
 from mcpipe.gateway import AuditLog, Gateway
 from mcpipe.server import open_app
@@ -79,14 +78,7 @@ def _tools() -> ToolRegistry:
 @pytest.fixture
 def audited(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Gateway, list[bytes], Path]:
     """A gateway over the pipelines above with an audit file, and every ``write`` the audit log makes."""
-    writes: list[bytes] = []
-    real = os.write
-
-    def counted(fd: int, data: bytes) -> int:
-        writes.append(bytes(data))
-        return real(fd, data)
-
-    monkeypatch.setattr(_audit.os, "write", counted)
+    writes = counted_writes(monkeypatch)
     reg = _tools()
     declared, problems = load_declared(yaml.safe_load(PIPELINES), tools=reg)
     assert problems == []
@@ -196,15 +188,7 @@ async def test_over_http_a_declared_pipeline_of_synchronous_tools_writes_its_rec
 ):
     """Served by ``mcpipe serve``'s HTTP front (the lean path runs the call inline), the 2-step pipeline's three
     records reach the audit file in one write, as in memory; the yielding one's in three."""
-    writes: list[bytes] = []
-    real = os.write
-
-    def counted(fd: int, data: bytes) -> int:
-        if bytes(data[:7]) == b'{"ts":"':  # an audit write (os.write is the process's, hypercorn's too)
-            writes.append(bytes(data))
-        return real(fd, data)
-
-    monkeypatch.setattr(_audit.os, "write", counted)
+    writes = counted_writes(monkeypatch)  # os.write is the process's: hypercorn's too, not counted
     audit = tmp_path / "audit.jsonl"
     config = make_config(
         python_tools=[f"{__name__}:served_tools"],

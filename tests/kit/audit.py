@@ -1,12 +1,30 @@
-"""An audit log the tests can wait on."""
+"""An audit log the tests can wait on, and the writes an audit file gets."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+import pytest
 import trio
 
+from mcpipe import _audit
 from mcpipe.gateway import AuditLog
+
+
+def counted_writes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """Every ``write(2)`` of audit records from now on, in order (each still made). ``os.write`` is the
+    process's, so the writes are told by what they start with: an audit record's time."""
+    writes: list[bytes] = []
+    real = os.write
+
+    def counted(fd: int, data: bytes) -> int:
+        if bytes(data[:7]) == b'{"ts":"':
+            writes.append(bytes(data))
+        return real(fd, data)
+
+    monkeypatch.setattr(_audit.os, "write", counted)
+    return writes
 
 
 class WatchedAudit(AuditLog):

@@ -363,15 +363,9 @@ class LeanBody(httpx2.AsyncByteStream):
         conn, length = self._conn, self._length
         if conn is None or length is None or self._chunked:
             return b"".join([part async for part in self])
-        try:
+        with _Reading(self):
             while len(conn.buf) < length:
                 await self._more(conn, self._read_timeout)
-        except trio.TooSlowError:
-            self._done(False)
-            raise httpx2.ReadTimeout("reading the answer timed out", request=self._request) from None
-        except BaseException:
-            self._done(False)
-            raise
         data = bytes(conn.buf[:length])
         del conn.buf[:length]
         self._done(self._keep)
@@ -382,7 +376,7 @@ class LeanBody(httpx2.AsyncByteStream):
         if conn is None:
             return
         read_timeout = self._read_timeout
-        try:
+        with _Reading(self):
             if self._chunked:
                 parts = self._chunks(conn, read_timeout)
             elif self._length is not None:
@@ -392,12 +386,6 @@ class LeanBody(httpx2.AsyncByteStream):
                 parts = self._to_end(conn, read_timeout)
             async for part in parts:
                 yield part
-        except trio.TooSlowError:
-            self._done(False)
-            raise httpx2.ReadTimeout("reading the answer timed out", request=self._request) from None
-        except BaseException:
-            self._done(False)
-            raise
         self._done(self._keep)
 
     async def _more(self, conn: _Conn, limit: float) -> None:
@@ -464,6 +452,26 @@ class LeanBody(httpx2.AsyncByteStream):
 
     async def aclose(self) -> None:
         self._done(False)  # not read to the end: the connection is out of step, so it is closed
+
+
+class _Reading:
+    """Around a body's reads: one that fails closes the connection (out of step), a deadline passed is httpx's
+    ``ReadTimeout``. A class rather than a generator context manager: it is on every call's path."""
+
+    __slots__ = ("body",)
+
+    def __init__(self, body: LeanBody) -> None:
+        self.body = body
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if kind is None:
+            return
+        self.body._done(False)
+        if kind is trio.TooSlowError:
+            raise httpx2.ReadTimeout("reading the answer timed out", request=self.body._request) from None
 
 
 @dataclass(slots=True)
