@@ -82,3 +82,36 @@ def test_a_short_key_is_refused_and_keys_never_hold_a_principal():
 def test_an_unknown_store_url_is_refused():
     with pytest.raises(ValueError, match="no token store"):
         open_token_store("ftp://x")
+
+
+async def test_a_sqlite_store_ending_while_a_call_runs_in_its_thread_closes_only_after_that_call(tmp_path: Path):
+    # Closing the connection under a running statement crashed the process (a segfault in sqlite): the store's
+    # run task is cancelled at shutdown while another task's call may still be in its thread.
+    store = open_token_store(f"sqlite:///{tmp_path}/t.db")
+    in_thread = trio.Event()
+    token = trio.lowlevel.current_trio_token()
+
+    def slow(db):
+        token.run_sync_soon(in_thread.set)
+        time.sleep(0.3)
+        return db.execute("SELECT count(*) FROM oauth").fetchone()[0]
+
+    got: list[int] = []
+    with trio.fail_after(10):
+        async with trio.open_nursery() as outer:
+            runner = trio.CancelScope()
+
+            async def run_store() -> None:
+                with runner:
+                    await store.run()
+
+            outer.start_soon(run_store)
+
+            async def call() -> None:
+                got.append(await store._do(slow))
+
+            outer.start_soon(call)
+            await in_thread.wait()
+            runner.cancel()  # the store ends while the call is in its thread
+    assert got == [0]
+    assert store._db is None

@@ -187,16 +187,20 @@ class SqliteTokenStore:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
-            await self._do(lambda db: None)
-        except StoreUnavailable:
-            pass  # said again by each operation
-        task_status.started()
-        try:
+            try:
+                await self._do(lambda db: None)
+            except StoreUnavailable:
+                pass  # said again by each operation
+            task_status.started()
             await trio.sleep_forever()
         finally:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
+            # Closed once no call is in its thread: another task's call may still be running one when this task
+            # is cancelled, and closing a connection under a running statement crashes the process.
+            with trio.CancelScope(shield=True):
+                async with self._limiter:
+                    db, self._db = self._db, None
+                    if db is not None:
+                        db.close()
 
     async def _do(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         def call() -> T:
