@@ -1,0 +1,261 @@
+"""mcpipe's own HTTP/1.1 front (``mcpipe.server._front``) against hypercorn's: the same bytes sent to both
+fronts, each serving the same app on loopback, must get the same status and the app the same scope; and the
+front's own duties: the body as it arrives, a disconnect while a call runs, keep-alive, pipelining, a
+streaming answer flushed per message."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+from hypercorn.config import Config
+
+from mcpipe._core import http1_head
+from mcpipe.config import HttpConfig
+from mcpipe.server._listen import serve_bounded
+
+SEEN: list[dict[str, Any]] = []
+GATE: dict[str, trio.Event] = {}
+
+
+async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """Echoes what it was given; ``/stream`` answers in two SSE messages, the second once ``GATE["next"]`` is
+    set; ``/watch`` waits for the client to go away (as ``_fast``'s disconnect watcher does)."""
+    if scope["type"] == "lifespan":
+        while (await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+        return
+    if scope["type"] != "http":
+        return  # a websocket: refused (hypercorn answers its handshake 403)
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    SEEN.append({**scope, "client": None, "body": body})
+    if scope["path"] == "/stream":
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+        await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
+        await GATE["next"].wait()
+        await send({"type": "http.response.body", "body": b"data: 2\n\n"})
+        return
+    if scope["path"] == "/watch":
+        GATE["running"].set()
+        assert (await receive())["type"] == "http.disconnect"
+        GATE["gone"].set()
+        return
+    out = repr((scope["method"], scope["path"], body)).encode()
+    headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(out)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": out})
+
+
+@asynccontextmanager
+async def serving(front: str) -> AsyncIterator[int]:
+    config = Config()
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = config.errorlog = None
+    config.graceful_timeout = 0.1
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(
+            lambda task_status: serve_bounded(app, config, max_connections=16, front=front, task_status=task_status)
+        )
+        yield int(binds[0].rsplit(":", 1)[1])
+        nursery.cancel_scope.cancel()
+
+
+async def exchange(port: int, raw: bytes, *, until: bytes | None = None) -> bytes:
+    """Send ``raw`` and read what comes back until the server closes (or ``until`` has come, or 1 s of quiet)."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        await stream.send_all(raw)
+        got = b""
+        while until is None or until not in got:
+            with trio.move_on_after(1) as quiet:
+                try:
+                    data = await stream.receive_some(65536)
+                except trio.BrokenResourceError:
+                    break
+            if quiet.cancelled_caught or not data:
+                break
+            got += data
+        return got
+
+
+def statuses(answer: bytes) -> list[int]:
+    return [int(status) for status in re.findall(rb"HTTP/1\.1 (\d{3}) \r\n", answer)]
+
+
+H = b"Host: a\r\n"
+ODD_HEADS: list[tuple[str, bytes]] = [
+    ("plain GET", b"GET / HTTP/1.1\r\n" + H + b"\r\n"),
+    ("query and escapes", b"GET /a%20b/%2F?x=1&y=%20 HTTP/1.1\r\n" + H + b"\r\n"),
+    ("absolute form", b"GET http://a/p?q HTTP/1.1\r\n" + H + b"\r\n"),
+    ("asterisk", b"OPTIONS * HTTP/1.1\r\n" + H + b"\r\n"),
+    ("lower-case method", b"post / HTTP/1.1\r\n" + H + b"Content-Length: 2\r\n\r\nhi"),
+    ("odd-cased names, spaced values", b"GET / HTTP/1.1\r\nHOST: a\r\nX-Y:  b c \t\r\nx-y: d\r\n\r\n"),
+    ("empty value", b"GET / HTTP/1.1\r\n" + H + b"X-Empty:\r\n\r\n"),
+    ("obs-text value", b"GET / HTTP/1.1\r\n" + H + b"X: caf\xe9\r\n\r\n"),
+    ("HTTP/1.0 without Host", b"GET / HTTP/1.0\r\n\r\n"),
+    ("HTTP/1.0 keep-alive", b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"),
+    ("body by Content-Length", b"POST /p HTTP/1.1\r\n" + H + b"Content-Length: 5\r\n\r\nhello"),
+    ("Content-Length with spaces", b"POST /p HTTP/1.1\r\n" + H + b"Content-Length:  5 \r\n\r\nhello"),
+    ("Content-Length 0", b"POST /p HTTP/1.1\r\n" + H + b"Content-Length: 0\r\n\r\n"),
+    ("no Host on HTTP/1.1", b"GET / HTTP/1.1\r\n\r\n"),
+    ("two Hosts", b"GET / HTTP/1.1\r\n" + H + b"Host: b\r\n\r\n"),
+    ("equal Content-Lengths", b"POST / HTTP/1.1\r\n" + H + b"Content-Length: 2\r\nContent-Length: 2\r\n\r\nhi"),
+    ("conflicting Content-Lengths", b"POST / HTTP/1.1\r\n" + H + b"Content-Length: 2\r\nContent-Length: 3\r\n\r\nhi"),
+    ("listed Content-Length", b"POST / HTTP/1.1\r\n" + H + b"Content-Length: 2, 2\r\n\r\nhi"),
+    ("negative Content-Length", b"POST / HTTP/1.1\r\n" + H + b"Content-Length: -2\r\n\r\n"),
+    ("signed Content-Length", b"POST / HTTP/1.1\r\n" + H + b"Content-Length: +2\r\n\r\nhi"),
+    ("hex Content-Length", b"POST / HTTP/1.1\r\n" + H + b"Content-Length: 0x2\r\n\r\nhi"),
+    ("chunked body", b"POST / HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n"),
+    (
+        "chunked and Content-Length",
+        b"POST / HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n2\r\nhi\r\n0\r\n\r\n",
+    ),
+    ("unknown Transfer-Encoding", b"POST / HTTP/1.1\r\n" + H + b"Transfer-Encoding: gzip\r\n\r\n"),
+    ("obs-fold", b"GET / HTTP/1.1\r\n" + H + b"X: a\r\n  b\r\n\r\n"),
+    ("obs-fold first", b"GET / HTTP/1.1\r\n  b\r\n" + H + b"\r\n"),
+    ("space before colon", b"GET / HTTP/1.1\r\nHost : a\r\n\r\n"),
+    ("no colon", b"GET / HTTP/1.1\r\n" + H + b"Nonsense\r\n\r\n"),
+    ("empty name", b"GET / HTTP/1.1\r\n" + H + b": v\r\n\r\n"),
+    ("bad name char", b"GET / HTTP/1.1\r\n" + H + b"X(y): v\r\n\r\n"),
+    ("control char in value", b"GET / HTTP/1.1\r\n" + H + b"X: a\x01b\r\n\r\n"),
+    ("NUL in value", b"GET / HTTP/1.1\r\n" + H + b"X: a\x00b\r\n\r\n"),
+    ("DEL in value", b"GET / HTTP/1.1\r\n" + H + b"X: a\x7fb\r\n\r\n"),
+    ("CR in value", b"GET / HTTP/1.1\r\n" + H + b"X: a\rb\r\n\r\n"),
+    ("bare LF lines", b"GET / HTTP/1.1\n" + b"Host: a\n\n"),
+    ("leading empty line", b"\r\nGET / HTTP/1.1\r\n" + H + b"\r\n"),
+    ("two spaces in the request line", b"GET  / HTTP/1.1\r\n" + H + b"\r\n"),
+    ("space in the target", b"GET /a b HTTP/1.1\r\n" + H + b"\r\n"),
+    ("non-ASCII target", b"GET /caf\xe9 HTTP/1.1\r\n" + H + b"\r\n"),
+    ("no version", b"GET /\r\n" + H + b"\r\n"),
+    ("HTTP/1.2", b"GET / HTTP/1.2\r\n" + H + b"\r\n"),
+    ("HTTP/2.0 line", b"GET / HTTP/2.0\r\n" + H + b"\r\n"),
+    ("lower-case version", b"GET / http/1.1\r\n" + H + b"\r\n"),
+    ("bad method char", b"G@T / HTTP/1.1\r\n" + H + b"\r\n"),
+    ("not HTTP", b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\r\n\r\n"),
+    ("head past 16 KiB", b"GET / HTTP/1.1\r\n" + H + b"X: " + b"a" * 17000 + b"\r\n\r\n"),
+    ("many headers", b"GET / HTTP/1.1\r\n" + H + b"".join(b"X-%d: v\r\n" % i for i in range(100)) + b"\r\n"),
+    (
+        "h2c upgrade",
+        b"GET / HTTP/1.1\r\n"
+        + H
+        + b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n",
+    ),
+    ("Expect: 100-continue", b"POST / HTTP/1.1\r\n" + H + b"Expect: 100-continue\r\nContent-Length: 2\r\n\r\nhi"),
+    ("Expect on HTTP/1.0", b"POST / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nhi"),
+    ("HEAD", b"HEAD / HTTP/1.1\r\n" + H + b"\r\n"),
+    ("HEAD of a stream", b"HEAD /stream HTTP/1.1\r\n" + H + b"\r\n"),
+]
+
+
+@pytest.mark.parametrize(("case", "raw"), ODD_HEADS, ids=[case for case, _ in ODD_HEADS])
+async def test_the_own_front_answers_an_odd_head_as_hypercorn_does_and_builds_the_same_scope(
+    case: str, raw: bytes
+) -> None:
+    GATE["next"] = trio.Event()
+    GATE["next"].set()
+    answers, scopes = {}, {}
+    with trio.fail_after(30):
+        for front in ("own", "hypercorn"):
+            SEEN.clear()
+            async with serving(front) as port:
+                answers[front] = await exchange(port, raw)
+            scopes[front] = [{k: v for k, v in s.items() if k != "server"} for s in SEEN]
+    assert statuses(answers["own"]) == statuses(answers["hypercorn"]), (answers["own"], answers["hypercorn"])
+    assert statuses(answers["own"])
+    assert scopes["own"] == scopes["hypercorn"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (b"GET / HTTP/1.1\r\nHost: a\r\n", None),
+        (b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", ("GET", b"/", "1.1", [(b"host", b"a")], 27, 0, 0)),
+        (
+            b"PUT /x HTTP/1.0\r\nContent-Length: 3\r\n\r\nabc",
+            ("PUT", b"/x", "1.0", [(b"content-length", b"3")], 38, 3, 1),
+        ),
+        (
+            b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+            ("GET", b"/", "1.1", [(b"host", b"a"), (b"connection", b"close")], 46, 0, 1),
+        ),
+        (b"GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", False),
+    ],
+)
+def test_the_core_reads_a_head_whole_or_says_it_is_unfinished_or_not_plain(raw: bytes, expected: object) -> None:
+    assert http1_head(raw, 16384) == expected
+
+
+async def test_keep_alive_and_pipelined_requests_are_answered_in_order_on_one_connection() -> None:
+    raw = b"".join(b"POST /%d HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\n%d" % (i, i) for i in range(5))
+    with trio.fail_after(20):
+        async with serving("own") as port:
+            answer = await exchange(port, raw, until=b"('POST', '/4', b'4')")
+    assert statuses(answer) == [200] * 5
+    assert [answer.index(b"('POST', '/%d', b'%d')" % (i, i)) for i in range(5)] == sorted(
+        answer.index(b"('POST', '/%d', b'%d')" % (i, i)) for i in range(5)
+    )
+
+
+async def test_a_body_arriving_in_pieces_reaches_the_app_whole() -> None:
+    with trio.fail_after(20):
+        async with serving("own") as port:
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            async with stream:
+                await stream.send_all(b"POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 11\r\n\r\nhel")
+                await trio.sleep(0.05)
+                await stream.send_all(b"lo wor")
+                await trio.sleep(0.05)
+                await stream.send_all(b"ld")
+                got = b""
+                while b"world" not in got:
+                    got += await stream.receive_some(65536)
+    assert b"('POST', '/p', b'hello world')" in got
+
+
+async def test_a_client_going_away_during_a_call_reaches_the_app_as_a_disconnect() -> None:
+    GATE.update(running=trio.Event(), gone=trio.Event())
+    with trio.fail_after(20):
+        async with serving("own") as port:
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            await stream.send_all(b"POST /watch HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n")
+            await GATE["running"].wait()
+            await stream.aclose()
+            await GATE["gone"].wait()
+
+
+async def test_a_streaming_answer_is_written_message_by_message() -> None:
+    GATE["next"] = trio.Event()
+    with trio.fail_after(20):
+        async with serving("own") as port:
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            async with stream:
+                await stream.send_all(b"GET /stream HTTP/1.1\r\nHost: a\r\n\r\n")
+                got = b""
+                while b"data: 1" not in got:  # the first message, before the app sends the second
+                    got += await stream.receive_some(65536)
+                assert b"transfer-encoding: chunked" in got.lower()
+                GATE["next"].set()
+                while not got.endswith(b"0\r\n\r\n"):
+                    got += await stream.receive_some(65536)
+    assert b"9\r\ndata: 2\n\n\r\n0\r\n\r\n" in got
+
+
+@pytest.mark.parametrize(("value", "ok"), [("own", True), ("hypercorn", True), ("h11", False)])
+def test_the_front_is_chosen_in_the_http_section(value: str, ok: bool) -> None:
+    import msgspec
+
+    if ok:
+        assert msgspec.convert({"front": value}, HttpConfig).front == value
+    else:
+        with pytest.raises(msgspec.ValidationError, match=r"front"):
+            msgspec.convert({"front": value}, HttpConfig)
