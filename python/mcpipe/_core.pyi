@@ -7,7 +7,7 @@ described for users in ``docs/references.md``.
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, final
 
-__all__ = ["ArrayCap", "Regex", "Template", "__version__", "json_measure"]
+__all__ = ["ArrayCap", "Regex", "Template", "__version__", "http1_head", "json_measure"]
 
 __version__: str
 
@@ -168,7 +168,7 @@ def json_measure(value: Any, *, max_bytes: int = ..., max_depth: int = ..., wire
 
 def http1_head(
     data: bytes, max_head: int
-) -> None | Literal[False] | tuple[str, bytes, str, list[tuple[bytes, bytes]], int, int, int]:
+) -> Literal[False] | tuple[str, bytes, str, list[tuple[bytes, bytes]], int, int, int] | None:
     """Read the HTTP/1.x request head at the start of ``data`` (the front's, ``mcpipe.server._front``).
 
     Returns ``None`` while the head is unfinished (and within ``max_head`` bytes); ``False`` when it is not a

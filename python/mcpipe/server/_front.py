@@ -33,7 +33,7 @@ from urllib.parse import unquote
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.protocol.http_stream import ASGIHTTPState
-from hypercorn.typing import AppWrapper, ConnectionState
+from hypercorn.typing import ASGIVersions, ConnectionState, HTTPScope, ResponseSummary
 from hypercorn.utils import UnexpectedMessageError, parse_socket_addr
 
 from mcpipe._core import http1_head
@@ -51,7 +51,7 @@ FRONTS = ("own", "hypercorn")
 MAX_RECV = 2**16
 _CLOSE = 1
 _EXPECT_CONTINUE = 2
-_ASGI = {"spec_version": "2.1", "version": "3.0"}
+_ASGI: ASGIVersions = {"spec_version": "2.1", "version": "3.0"}
 _SEND_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 _REQUEST, _RESPONSE, _CLOSED = ASGIHTTPState.REQUEST, ASGIHTTPState.RESPONSE, ASGIHTTPState.CLOSED
 
@@ -117,7 +117,7 @@ class OwnConnection:
 
     def __init__(
         self,
-        app: AppWrapper,
+        app: Callable[..., Awaitable[None]],
         config: HypercornConfig,
         context: WorkerContext,
         state: ConnectionState,
@@ -250,7 +250,7 @@ class OwnConnection:
         body = self.buf[head_len : head_len + length]
         self.buf = self.buf[head_len + length :]
         path, _, query = target.partition(b"?")
-        scope = {
+        scope: HTTPScope = {
             "type": "http",
             "http_version": version,
             "asgi": _ASGI,
@@ -263,7 +263,7 @@ class OwnConnection:
             "headers": headers,
             "client": self.client,
             "server": self.scheme_server,
-            "state": self.state.copy(),
+            "state": ConnectionState(self.state.copy()),
             "extensions": {},
         }
         self.requests += 1
@@ -291,8 +291,8 @@ class OwnConnection:
         if exchange.state is _REQUEST:
             await exchange.error_response(500)
         if self.config.log.access_logger is not None:
-            response = exchange.response or {"status": 500, "headers": []}
-            await self.config.log.access(scope, response, time() - start)
+            status = exchange.status if exchange.status is not None else 500
+            await self.config.log.access(scope, ResponseSummary(status=status, headers=[]), time() - start)
         return (
             exchange.state is _CLOSED
             and not exchange.close
@@ -317,6 +317,7 @@ class _Exchange:
         "remaining",
         "response",
         "state",
+        "status",
         "version",
     )
 
@@ -335,6 +336,7 @@ class _Exchange:
         self.chunked = False
         self.head_only = False
         self.response: dict[str, Any] | None = None
+        self.status: int | None = None
 
     async def receive(self) -> dict[str, Any]:
         body = self.body
@@ -404,7 +406,7 @@ class _Exchange:
         assert response is not None
         self.response = None
         conn = self.conn
-        status = int(response["status"])
+        status = self.status = int(response["status"])
         headers: list[tuple[bytes, bytes]] = list(response["headers"])
         headers += conn.response_headers()
         if conn.requests >= conn.config.keep_alive_max_requests:

@@ -316,8 +316,8 @@ class _HeadTimedServer(TCPServer):
             self._head_deadline = self._first_deadline
         read_timeout = self.config.read_timeout or inf
         if self._initial:
-            data, self._initial = self._initial, b""
-            await self.protocol.handle(RawData(data))
+            first, self._initial = self._initial, b""
+            await self.protocol.handle(RawData(first))
         while True:
             with trio.move_on_at(min(trio.current_time() + read_timeout, self._head_deadline)) as waited:
                 try:
