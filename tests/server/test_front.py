@@ -46,8 +46,16 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         await send({"type": "http.response.body", "body": b"data: 2\n\n"})
         return
     if scope["path"] == "/watch":
-        GATE["running"].set()
-        assert (await receive())["type"] == "http.disconnect"
+        gone: list[str] = []
+
+        async def watch() -> None:
+            gone.append((await receive())["type"])
+
+        async with trio.open_nursery() as nursery:  # two tasks watching, as an app may have
+            nursery.start_soon(watch)
+            nursery.start_soon(watch)
+            GATE["running"].set()
+        assert gone == ["http.disconnect", "http.disconnect"]
         GATE["gone"].set()
         return
     out = repr((scope["method"], scope["path"], body)).encode()
@@ -222,7 +230,7 @@ async def test_a_body_arriving_in_pieces_reaches_the_app_whole() -> None:
     assert b"('POST', '/p', b'hello world')" in got
 
 
-async def test_a_client_going_away_during_a_call_reaches_the_app_as_a_disconnect() -> None:
+async def test_a_client_going_away_during_a_call_reaches_each_of_the_apps_watchers_as_a_disconnect() -> None:
     GATE.update(running=trio.Event(), gone=trio.Event())
     with trio.fail_after(20):
         async with serving("own") as port:

@@ -319,6 +319,7 @@ class _Exchange:
         "state",
         "status",
         "version",
+        "watching",
     )
 
     def __init__(
@@ -337,6 +338,7 @@ class _Exchange:
         self.head_only = False
         self.response: dict[str, Any] | None = None
         self.status: int | None = None
+        self.watching: trio.Event | None = None
 
     async def receive(self) -> dict[str, Any]:
         body = self.body
@@ -357,14 +359,24 @@ class _Exchange:
             self.remaining -= len(data)
             return {"type": "http.request", "body": data, "more_body": self.remaining > 0}
         # The body is in: what comes now is the client going away, or its next request (kept for later).
-        while len(conn.buf) <= conn.config.h11_max_incomplete_size:
-            data = await conn._receive()
-            if not data:
-                self.gone = True
+        # One task reads; another that asks meanwhile (an app may watch from two) waits for what it finds.
+        while self.watching is not None:
+            await self.watching.wait()
+            if self.gone:
                 return {"type": "http.disconnect"}
-            conn.buf += data
-        await trio.sleep_forever()  # as hypercorn, which stops reading a client that sends too far ahead
-        raise AssertionError("unreachable")
+        self.watching = watching = trio.Event()
+        try:
+            while len(conn.buf) <= conn.config.h11_max_incomplete_size:
+                data = await conn._receive()
+                if not data:
+                    self.gone = True
+                    return {"type": "http.disconnect"}
+                conn.buf += data
+            await trio.sleep_forever()  # as hypercorn, which stops reading a client that sends too far ahead
+            raise AssertionError("unreachable")
+        finally:
+            self.watching = None
+            watching.set()
 
     async def send(self, message: dict[str, Any]) -> None:
         kind = message["type"]
