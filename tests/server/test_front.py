@@ -32,6 +32,10 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         return
     if scope["type"] != "http":
         return  # a websocket: refused (hypercorn answers its handshake 403)
+    if scope["path"] == "/unread":  # answers before its body has come, and never reads it (a 401 does)
+        await send({"type": "http.response.start", "status": 401, "headers": [(b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+        return
     body = b""
     while True:
         message = await receive()
@@ -267,3 +271,21 @@ def test_the_front_is_chosen_in_the_http_section(value: str, ok: bool) -> None:
     else:
         with pytest.raises(msgspec.ValidationError, match=r"front"):
             msgspec.convert({"front": value}, HttpConfig)
+
+
+async def test_a_body_the_app_did_not_read_is_skipped_and_the_connection_kept() -> None:
+    with trio.fail_after(20):
+        async with serving("own") as port:
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            async with stream:
+                await stream.send_all(b"POST /unread HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n")
+                got = b""
+                while b"\r\n\r\n" not in got:
+                    got += await stream.receive_some(65536)
+                await stream.send_all(b"hello")  # the body, after the answer
+                await stream.send_all(b"POST /p HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi")
+                while b"b'hi'" not in got:
+                    data = await stream.receive_some(65536)
+                    assert data, got
+                    got += data
+    assert statuses(got) == [401, 200]

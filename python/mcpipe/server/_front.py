@@ -49,6 +49,8 @@ FRONTS = ("own", "hypercorn")
 """The values of ``[http] front``."""
 
 MAX_RECV = 2**16
+SKIP_MAX = 2**22
+"""The most bytes of a body the app did not read that are read and dropped to keep the connection."""
 _CLOSE = 1
 _EXPECT_CONTINUE = 2
 _ASGI: ASGIVersions = {"spec_version": "2.1", "version": "3.0"}
@@ -149,15 +151,21 @@ class OwnConnection:
             self.scheme_server = parse_socket_addr(socket.family, socket.getsockname())
         except OSError:
             return
+        handed = False
         try:
-            await self._serve()
+            handed = await self._serve()
         except _Gone:
             pass
         finally:
             self.slots.wake(self)
             self.slots.unwait(self)
+            if not handed:
+                with trio.CancelScope(shield=True), trio.move_on_after(1):
+                    await self.close()
 
-    async def _serve(self) -> None:
+    async def _serve(self) -> bool:
+        """Serve requests until the connection ends; True when it was handed to hypercorn's protocol (which
+        closed it)."""
         deadline = trio.current_time() + self.head_timeout_s
         max_head = self.config.h11_max_incomplete_size
         while True:
@@ -168,9 +176,9 @@ class OwnConnection:
             if head is False:
                 data, self.buf = self.buf, b""
                 await self.fallback(self.stream, data, deadline)
-                return
+                return True
             if not await self._exchange(head):
-                return
+                return False
             if self.buf:
                 deadline = trio.current_time() + self.head_timeout_s  # a pipelined head: begun already
             else:
@@ -293,13 +301,19 @@ class OwnConnection:
         if self.config.log.access_logger is not None:
             status = exchange.status if exchange.status is not None else 500
             await self.config.log.access(scope, ResponseSummary(status=status, headers=[]), time() - start)
-        return (
-            exchange.state is _CLOSED
-            and not exchange.close
-            and exchange.remaining == 0
-            and not exchange.gone
-            and not self.context.terminated.is_set()
-        )
+        keep = exchange.state is _CLOSED and not exchange.close and not exchange.gone
+        if keep and exchange.remaining:
+            keep = await exchange.skip_body(self.head_timeout_s)
+        return keep and not self.context.terminated.is_set()
+
+    async def close(self) -> None:
+        """End the connection as hypercorn does: its end of the stream first (so what was written goes before
+        the close), then the socket."""
+        try:
+            await self.stream.send_eof()
+        except (trio.BrokenResourceError, trio.BusyResourceError, trio.ClosedResourceError, OSError):
+            pass
+        await self.stream.aclose()
 
 
 class _Exchange:
@@ -377,6 +391,24 @@ class _Exchange:
         finally:
             self.watching = None
             watching.set()
+
+    async def skip_body(self, timeout_s: float) -> bool:
+        """Read the rest of a body the app left unread (h11 reads a body whether the app asks for it or not,
+        and keeps the connection), within ``timeout_s``; False (close the connection) past ``SKIP_MAX``
+        bytes, or when it does not come in time."""
+        if self.remaining > SKIP_MAX:
+            return False
+        conn = self.conn
+        with trio.move_on_after(timeout_s):
+            while self.remaining > 0:
+                data = await conn._receive()
+                if not data:
+                    return False
+                if len(data) > self.remaining:
+                    conn.buf += data[self.remaining :]
+                self.remaining -= min(len(data), self.remaining)
+            return True
+        return False
 
     async def send(self, message: dict[str, Any]) -> None:
         kind = message["type"]
