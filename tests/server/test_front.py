@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import h11
 import pytest
 import trio
 from hypercorn.config import Config
@@ -82,13 +83,31 @@ async def serving(front: str) -> AsyncIterator[int]:
         nursery.cancel_scope.cancel()
 
 
+def answered(raw: bytes, got: bytes) -> bool:
+    """Whether ``got`` holds a whole final answer to one request (read by h11 as a client would)."""
+    client = h11.Connection(h11.CLIENT)
+    client.send(
+        h11.Request(method=b"HEAD" if raw.startswith(b"HEAD") else b"GET", target=b"/", headers=[(b"host", b"a")])
+    )
+    client.send(h11.EndOfMessage())
+    client.receive_data(got)
+    try:
+        while (event := client.next_event()) is not h11.NEED_DATA:
+            if isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
+                return True
+    except h11.RemoteProtocolError:
+        pass
+    return False
+
+
 async def exchange(port: int, raw: bytes, *, until: bytes | None = None) -> bytes:
-    """Send ``raw`` and read what comes back until the server closes (or ``until`` has come, or 1 s of quiet)."""
+    """Send ``raw`` and read what comes back until the server closes, or ``until`` has come (without it: a
+    whole answer), or 1 s of quiet."""
     stream = await trio.open_tcp_stream("127.0.0.1", port)
     async with stream:
         await stream.send_all(raw)
         got = b""
-        while until is None or until not in got:
+        while (until not in got) if until is not None else not answered(raw, got):
             with trio.move_on_after(1) as quiet:
                 try:
                     data = await stream.receive_some(65536)
