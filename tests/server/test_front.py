@@ -14,6 +14,8 @@ import h11
 import pytest
 import trio
 from hypercorn.config import Config
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mcpipe._core import http1_head
 from mcpipe.config import HttpConfig
@@ -308,3 +310,60 @@ async def test_a_body_the_app_did_not_read_is_skipped_and_the_connection_kept() 
                     assert data, got
                     got += data
     assert statuses(got) == [401, 200]
+
+
+_NAMES = st.sampled_from(
+    [b"Host", b"Content-Length", b"content-length", b"Transfer-Encoding", b"Connection", b"Expect", b"Upgrade",
+     b"X-A", b"x-b", b"A b", b"X(", b"", b" X"]
+)  # fmt: skip
+_SEPARATORS = st.sampled_from([b":", b": ", b":\t", b":  ", b" :", b""])
+_VALUE = st.lists(
+    st.sampled_from(
+        [b"a", b" ", b"\t", b"0", b"12", b"-1", b",", b"close", b"Keep-Alive", b"100-continue", b"chunked", b"h2c",
+         b"\x01", b"\x00", b"\x7f", b"\xe9", b"\r", b"\n", b"\r\n "]
+    ),
+    max_size=5,
+).map(b"".join)  # fmt: skip
+_PLAIN_LINE = st.tuples(
+    st.sampled_from([b"Content-Length", b"Connection", b"Expect", b"X-A", b"x-b", b"Accept"]),
+    st.sampled_from([b":", b": ", b":\t"]),
+    st.lists(
+        st.sampled_from([b"a", b" ", b"\t", b"12", b",", b"close", b"Keep-Alive", b"100-continue", b"\xe9"]),
+        max_size=4,
+    ).map(b"".join),
+).map(b"".join)  # fmt: skip
+_WILD_LINE = st.tuples(_NAMES, _SEPARATORS, _VALUE).map(b"".join)
+_LINES = st.lists(st.one_of(_PLAIN_LINE, _PLAIN_LINE, _PLAIN_LINE, _WILD_LINE), max_size=6)
+
+
+@given(
+    st.sampled_from([b"GET", b"POST", b"get", b"HEAD", b"X-Y"]),
+    st.sampled_from([b"/", b"/mcp?x=1", b"*", b"/a%20b", b"http://a/p"]),
+    st.sampled_from([b"HTTP/1.1", b"HTTP/1.0"]),
+    _LINES,
+    st.booleans(),
+)
+@settings(max_examples=1000, deadline=None)
+def test_a_head_the_core_takes_as_plain_is_one_h11_reads_the_same_way(
+    method: bytes, target: bytes, version: bytes, lines: list[bytes], host: bool
+) -> None:
+    raw = method + b" " + target + b" " + version + b"\r\n" + (b"Host: a\r\n" if host else b"")
+    raw += b"".join(line + b"\r\n" for line in lines) + b"\r\n"
+    head = http1_head(raw, 16384)
+    if not head:
+        return  # unfinished, or for hypercorn's protocol: nothing to compare
+    name, got_target, got_version, headers, head_len, length, flags = head
+    server = h11.Connection(h11.SERVER)
+    server.receive_data(raw[:head_len])
+    event = server.next_event()  # h11 must take the head, ending where the core says (a refusal raises here)
+    assert isinstance(event, h11.Request)
+    assert (name, got_target, got_version) == (
+        event.method.decode().upper(),
+        event.target,
+        event.http_version.decode(),
+    )
+    assert headers == list(event.headers)
+    lengths = [int(v) for n, v in event.headers if n == b"content-length"]
+    assert length == (lengths[0] if lengths else 0)
+    assert bool(flags & 1) == (not server._cstate.keep_alive or version == b"HTTP/1.0")
+    assert bool(flags & 2) == server.they_are_waiting_for_100_continue
