@@ -5,9 +5,9 @@ described for users in ``docs/references.md``.
 """
 
 from collections.abc import Mapping, Sequence
-from typing import Any, final
+from typing import Any, Literal, final
 
-__all__ = ["ArrayCap", "Regex", "Template", "__version__", "json_measure"]
+__all__ = ["ArrayCap", "Regex", "Template", "__version__", "http1_head", "json_measure"]
 
 __version__: str
 
@@ -164,4 +164,19 @@ def json_measure(value: Any, *, max_bytes: int = ..., max_depth: int = ..., wire
     escapes not counted); ``depth`` counts nested containers (``1`` is 0, ``[1]`` 1, ``{"a": []}`` 2). The
     walk stops as soon as the size passes ``max_bytes`` or the depth passes ``max_depth`` (then the answer
     is only known to be past the limit), so it costs at most what the limits allow. It runs no Python code.
+    """
+
+def http1_head(
+    data: bytes, max_head: int
+) -> Literal[False] | tuple[str, bytes, str, list[tuple[bytes, bytes]], int, int, int] | None:
+    """Read the HTTP/1.x request head at the start of ``data`` (the front's, ``mcpipe.server._front``).
+
+    Returns ``None`` while the head is unfinished (and within ``max_head`` bytes); ``False`` when it is not a
+    plain head (anything h11 might read otherwise or refuse: obs-fold, a bare LF, ``Transfer-Encoding``,
+    ``Upgrade``, a repeated or odd ``Content-Length``, a missing or repeated ``Host``, HTTP/2's preface, a
+    head longer than ``max_head``), which hypercorn's own protocol is then given; else ``(method, target,
+    http_version, headers, head_len, content_length, flags)``: the method upper-cased, the target as sent,
+    ``"1.0"`` or ``"1.1"``, the headers as (lower-cased name, trimmed value) pairs, the head's length with
+    its empty line, the body's length, and bit 1 for a connection to close after the answer (HTTP/1.0 or
+    ``Connection: close``), bit 2 for ``Expect: 100-continue``.
     """

@@ -341,6 +341,10 @@ class HttpConfig(Strict):
     """How long a request head may take to arrive: a connection's first from its accept, each later one from
     its first byte; a slower one is answered 408 and its connection closed (heads dripping a byte at a time
     would hold a connection slot until hypercorn's 75 s keep-alive)."""
+    front: Literal["own", "hypercorn"] = "own"
+    """What reads plain HTTP/1.1 requests: mcpipe's own front (``own``: its head parsed in the Rust core, the
+    app called in the connection's task; anything not plain, TLS included, goes to hypercorn's protocol), or
+    hypercorn's protocol for every connection (``hypercorn``, as before 4 December 2026)."""
     resumable_streams: bool = True
     """2025-11-25 SSE streams open with a priming event and are kept in an event store, so a client that
     lost the connection reconnects with ``Last-Event-ID`` and gets what it missed."""

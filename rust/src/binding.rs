@@ -3,8 +3,9 @@
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList};
+use pyo3::types::{PyBool, PyBytes, PyList, PyString, PyTuple};
 
+use crate::http1;
 use crate::jsoncap;
 use crate::measure;
 use crate::pattern;
@@ -132,4 +133,46 @@ impl ArrayCap {
     fn total(&self) -> usize {
         self.inner.total()
     }
+}
+
+/// The request head at the start of `data` (`http1::parse`): `None` while it is unfinished, `False` when
+/// it is not plain (hypercorn's protocol reads it), else `(method, target, http_version, headers, head_len,
+/// content_length, flags)` with the method upper-cased and the header names lower-cased, as hypercorn's
+/// scope has them.
+#[pyfunction]
+pub fn http1_head<'py>(py: Python<'py>, data: &[u8], max_head: usize) -> PyResult<Bound<'py, PyAny>> {
+    let head = match http1::parse(data, max_head) {
+        http1::Parsed::Partial => return Ok(py.None().into_bound(py)),
+        http1::Parsed::Other => return Ok(PyBool::new(py, false).to_owned().into_any()),
+        http1::Parsed::Plain(head) => head,
+    };
+    let method = &data[head.method.0..head.method.1];
+    let method = match method {
+        b"POST" => pyo3::intern!(py, "POST").clone(),
+        b"GET" => pyo3::intern!(py, "GET").clone(),
+        b"DELETE" => pyo3::intern!(py, "DELETE").clone(),
+        b"HEAD" => pyo3::intern!(py, "HEAD").clone(),
+        b"OPTIONS" => pyo3::intern!(py, "OPTIONS").clone(),
+        _ => PyString::new(py, &String::from_utf8_lossy(method).to_ascii_uppercase()),
+    };
+    let headers = PyList::empty(py);
+    for ((n0, n1), (v0, v1)) in &head.headers {
+        let name = PyBytes::new_with(py, n1 - n0, |out| {
+            out.copy_from_slice(&data[*n0..*n1]);
+            out.make_ascii_lowercase();
+            Ok(())
+        })?;
+        headers.append(PyTuple::new(py, [name, PyBytes::new(py, &data[*v0..*v1])])?)?;
+    }
+    let version = if head.minor == 0 { pyo3::intern!(py, "1.0") } else { pyo3::intern!(py, "1.1") };
+    let parts: [Bound<'py, PyAny>; 7] = [
+        method.into_any(),
+        PyBytes::new(py, &data[head.target.0..head.target.1]).into_any(),
+        version.clone().into_any(),
+        headers.into_any(),
+        head.len.into_pyobject(py)?.into_any(),
+        head.content_length.into_pyobject(py)?.into_any(),
+        head.flags.into_pyobject(py)?.into_any(),
+    ];
+    Ok(PyTuple::new(py, parts)?.into_any())
 }

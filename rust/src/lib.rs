@@ -1,10 +1,11 @@
 //! mcpipe's Rust core: templates compiled once into plans and resolved many times.
 //!
-//! `path`, `pattern`, `template`, `text`, `jsoncap` and `errors` are pure Rust (tested with `cargo test
+//! `path`, `pattern`, `template`, `text`, `jsoncap`, `http1` and `errors` are pure Rust (tested with `cargo test
 //! --no-default-features`); `plan`, `resolve` and `binding` are the Python layer. This file only
 //! declares modules and registers the Python module.
 
 pub mod errors;
+pub mod http1;
 pub mod jsoncap;
 pub mod path;
 pub mod pattern;
@@ -35,6 +36,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<binding::Regex>()?;
     m.add_class::<binding::ArrayCap>()?;
     m.add_function(wrap_pyfunction!(binding::json_measure, m)?)?;
+    m.add_function(wrap_pyfunction!(binding::http1_head, m)?)?;
     dict::enable(m.py())?;
     Ok(())
 }

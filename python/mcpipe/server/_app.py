@@ -379,7 +379,9 @@ async def open_app(
         policy=policy_of(config),
         costs=config.costs,
         audit=audit,
-        ready=downstreams.ready if downstreams.lazy else None,
+        # A call of a server still making its first attempt waits for it: lazy servers, and the servers of
+        # registries, added while serving (a fast caller reached one mid-handshake and was told "unavailable").
+        ready=downstreams.ready if downstreams.lazy or config.registries else None,
         trust=Trust(config.trust) if config.trust is not None else None,
         gates=build_gates(config.access, base_dir=config.base_dir) if config.access.gates else None,
         refusals=config.access.refusals,

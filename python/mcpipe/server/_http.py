@@ -773,6 +773,7 @@ async def serve_http(
                     hc,
                     max_connections=limit,
                     head_timeout_s=h.head_timeout_s,
+                    front=h.front,
                     shutdown_trigger=trigger,
                 )
             )

@@ -45,6 +45,8 @@ from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState
 from hypercorn.utils import ShutdownError, raise_shutdown, repr_socket_addr, wrap_app
 
+from mcpipe.server._front import OwnConnection
+
 __all__ = [
     "BACKOFF_S",
     "HEAD_TIMEOUT_S",
@@ -107,6 +109,8 @@ class _Slots:
         self.turning = 0
         self._freed = trio.Event()
         self._resting: dict[object, _Eviction] = {}
+        self._waiting: dict[object, _Eviction] = {}
+        self.terminated = False
 
     def free(self) -> bool:
         return self.serving < self.limit or self.turning < self.spare
@@ -120,9 +124,33 @@ class _Slots:
         while self.serving >= self.limit:
             await self._freed.wait()
 
-    def rest(self, connection: object, evict: _Eviction) -> None:
+    def rest(self, connection: object, evict: _Eviction | None = None) -> _Eviction:
+        """Count ``connection`` as resting (evicted with ``evict``, a new one if none); closed at once at
+        shutdown (:meth:`terminate`)."""
+        evict = _Eviction() if evict is None else evict
         self._resting.pop(connection, None)
         self._resting[connection] = evict
+        if self.terminated:
+            evict.set()
+        return evict
+
+    def waiting(self, connection: object) -> _Eviction:
+        """Count ``connection`` (the own front's) as reading a head: not evicted for a new connection, but
+        closed at shutdown, as hypercorn closes a connection outside a request."""
+        evict = self._waiting[connection] = _Eviction()
+        if self.terminated:
+            evict.set()
+        return evict
+
+    def unwait(self, connection: object) -> None:
+        self._waiting.pop(connection, None)
+
+    def terminate(self) -> None:
+        """Shutdown: close the connections resting or reading a head (the own front's; hypercorn's close on
+        its own ``terminated`` event)."""
+        self.terminated = True
+        for evict in [*self._resting.values(), *self._waiting.values()]:
+            evict.set()
 
     def wake(self, connection: object) -> None:
         self._resting.pop(connection, None)
@@ -234,10 +262,20 @@ class _HeadTimedServer(TCPServer):
     which is how the deadline knows a head is pending; a body is the front's (``http.body_timeout_s``).
     """
 
-    def __init__(self, *args: Any, head_timeout_s: float, slots: _Slots) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        head_timeout_s: float,
+        slots: _Slots,
+        initial: bytes = b"",
+        head_deadline: float | None = None,
+    ) -> None:
         super().__init__(*args)
         self.head_timeout_s = head_timeout_s
         self.slots = slots
+        # The bytes the own front read before handing the connection over, and their head's deadline.
+        self._initial = initial
+        self._first_deadline = head_deadline
         self._head_deadline = inf
         self._busy = False
         self._evict = _Eviction()
@@ -272,8 +310,14 @@ class _HeadTimedServer(TCPServer):
             self.slots.wake(self)
 
     async def _read_heads(self) -> None:
-        self._head_deadline = trio.current_time() + self.head_timeout_s
+        if self._first_deadline is None:
+            self._head_deadline = trio.current_time() + self.head_timeout_s
+        else:
+            self._head_deadline = self._first_deadline
         read_timeout = self.config.read_timeout or inf
+        if self._initial:
+            first, self._initial = self._initial, b""
+            await self.protocol.handle(RawData(first))
         while True:
             with trio.move_on_at(min(trio.current_time() + read_timeout, self._head_deadline)) as waited:
                 try:
@@ -379,11 +423,14 @@ async def serve_bounded(
     *,
     max_connections: int,
     head_timeout_s: float = HEAD_TIMEOUT_S,
+    front: str = "own",
     shutdown_trigger: Callable[..., Awaitable[None]] | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """hypercorn's ``serve`` (the trio worker, plain HTTP or TLS) with the bounded accept loop and the head
-    deadline above; reports the bound URLs through ``task_status`` once listening."""
+    deadline above; reports the bound URLs through ``task_status`` once listening. ``front``: ``"own"``
+    serves plain HTTP/1.1 connections with :mod:`mcpipe.server._front` (hypercorn's protocol for the rest),
+    ``"hypercorn"`` every connection with hypercorn's protocol (``[http] front``)."""
     config.set_statsd_logger_class(StatsdLogger)
     wrapped = wrap_app(app, config.wsgi_max_body_size, "asgi")
     lifespan_state: dict[str, Any] = {}
@@ -415,11 +462,41 @@ async def serve_bounded(
                 binds.append(f"http://{bind}")
             state = ConnectionState(lifespan_state.copy())
 
-            async def handler(stream: trio.abc.Stream) -> None:
+            async def on_hypercorn(
+                stream: trio.abc.Stream, initial: bytes = b"", deadline: float | None = None
+            ) -> None:
                 server = _HeadTimedServer(
-                    wrapped, config, context, state, stream, head_timeout_s=head_timeout_s, slots=slots
+                    wrapped,
+                    config,
+                    context,
+                    state,
+                    stream,
+                    head_timeout_s=head_timeout_s,
+                    slots=slots,
+                    initial=initial,
+                    head_deadline=deadline,
                 )
                 await server.run()
+
+            # The own front serves plain HTTP/1.1; what it leaves to hypercorn's protocol: TLS, and the
+            # options only hypercorn's reads (`server_names`, raw header names).
+            own = front == "own" and not config.server_names and not config.h11_pass_raw_headers
+
+            async def handler(stream: trio.abc.Stream) -> None:
+                if own and isinstance(stream, trio.SocketStream):
+                    connection = OwnConnection(
+                        wrapped,
+                        config,
+                        context,
+                        state,
+                        stream,
+                        head_timeout_s=head_timeout_s,
+                        slots=slots,
+                        fallback=on_hypercorn,
+                    )
+                    await connection.run()
+                else:
+                    await on_hypercorn(stream)
 
             task_status.started(binds)
             try:
@@ -436,6 +513,7 @@ async def serve_bounded(
                     raise other_errors from None
             finally:
                 await context.terminated.set()
+                slots.terminate()
                 server_nursery.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
 
         await lifespan.wait_for_shutdown()
