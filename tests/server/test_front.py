@@ -46,6 +46,8 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if not message.get("more_body"):
             break
     SEEN.append({**scope, "client": None, "body": body})
+    if scope["path"] == "/a0" and "first" in GATE:
+        GATE["first"].set()
     if scope["path"] == "/stream":
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
         await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
@@ -237,6 +239,27 @@ async def test_keep_alive_and_pipelined_requests_are_answered_in_order_on_one_co
     assert [answer.index(b"('POST', '/%d', b'%d')" % (i, i)) for i in range(5)] == sorted(
         answer.index(b"('POST', '/%d', b'%d')" % (i, i)) for i in range(5)
     )
+
+
+async def test_a_client_keeping_its_connection_full_of_requests_does_not_hold_off_another_client() -> None:
+    # The front reads and writes without passing through trio's scheduler while it need not wait; it still
+    # yields every few of them, so the second client is served while the first one's requests are in hand.
+    SEEN.clear()
+    GATE["first"] = trio.Event()
+    many = 300
+    raw = b"".join(b"POST /a%d HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n" % i for i in range(many))
+    with trio.fail_after(20):
+        async with serving("own") as port:
+            other = await trio.open_tcp_stream("127.0.0.1", port)
+            async with other, trio.open_nursery() as nursery:
+                nursery.start_soon(lambda: exchange(port, raw, until=b"'/a%d'" % (many - 1)))
+                await GATE["first"].wait()
+                await other.send_all(b"POST /b HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n")
+                got = b""
+                while b"'/b'" not in got:
+                    got += await other.receive_some(65536)
+    paths = [seen["path"] for seen in SEEN]
+    assert len(paths) == many + 1 and paths.index("/b") < many - 100, paths.index("/b")
 
 
 async def test_a_body_arriving_in_pieces_reaches_the_app_whole() -> None:

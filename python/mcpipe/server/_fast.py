@@ -72,6 +72,8 @@ _log = logging.getLogger("mcpipe.http")
 
 PING_INTERVAL_S = 15.0
 """After this long without an answer, the response becomes an SSE stream with keep-alive pings."""
+WATCH_AFTER_S = 0.05
+"""How long a call that may yield runs before its task watches for the client leaving (then cancelled)."""
 
 _MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
 _LEGACY = "2025-11-25"
@@ -282,10 +284,14 @@ class FastToolCall:
 
         async def guard(scope: trio.CancelScope) -> None:
             # One task watches for the client leaving (which cancels the call) and, past the ping
-            # interval, turns the answer into an SSE stream and keeps it alive.
+            # interval, turns the answer into an SSE stream and keeps it alive. It starts watching only
+            # once the call has run for WATCH_AFTER_S: most calls end before, and arm no read.
             nonlocal streaming
+            interval = PING_INTERVAL_S if not self.json_response else math.inf
+            ping_at = trio.current_time() + interval
+            await trio.sleep(WATCH_AFTER_S)
             while True:
-                with trio.move_on_after(PING_INTERVAL_S if not self.json_response else math.inf):
+                with trio.move_on_at(ping_at):
                     if (await receive())["type"] == "http.disconnect":
                         scope.cancel()
                         return
@@ -295,6 +301,7 @@ class FastToolCall:
                         streaming = True
                         await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
                     await send({"type": "http.response.body", "body": b": ping\r\n\r\n", "more_body": True})
+                ping_at = trio.current_time() + interval
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(guard, nursery.cancel_scope)

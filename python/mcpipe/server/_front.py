@@ -23,6 +23,7 @@ request.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable
 from email.utils import formatdate
 from math import inf
@@ -49,6 +50,8 @@ FRONTS = ("own", "hypercorn")
 """The values of ``[http] front``."""
 
 MAX_RECV = 2**16
+_STREAK = 16
+"""Reads and writes in a row that did not wait, after which a connection passes through the scheduler once."""
 SKIP_MAX = 2**22
 """The most bytes of a body the app did not read that are read and dropped to keep the connection."""
 _CLOSE = 1
@@ -113,6 +116,7 @@ class OwnConnection:
         "scheme_server",
         "slots",
         "state",
+        "streak",
         "stream",
         "waiting",
     )
@@ -143,6 +147,7 @@ class OwnConnection:
         self.client: Any = None
         self.scheme_server: Any = None
         self.waiting: _Eviction | None = None
+        self.streak = 0  # reads and writes done without passing through the scheduler (see _pass)
 
     async def run(self) -> None:
         socket = self.stream.socket
@@ -216,10 +221,32 @@ class OwnConnection:
         self.buf = data
 
     async def _receive(self) -> bytes:
-        try:
-            return await self.stream.receive_some(MAX_RECV)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            return b""
+        """What the client sent next (b"" once it is gone). A plain ``read`` while there is something to read:
+        trio's socket methods pass through the scheduler even when they need not wait; only a wait does."""
+        await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled scope still stops the read, as trio's
+        socket = self.stream.socket
+        while True:
+            try:
+                data = os.read(socket.fileno(), MAX_RECV)  # -1 once closed: EBADF, gone
+            except BlockingIOError:
+                self.streak = 0
+                try:
+                    await trio.lowlevel.wait_readable(socket)
+                except (trio.ClosedResourceError, OSError):
+                    return b""
+                continue
+            except OSError:
+                return b""
+            await self._pass()
+            return data
+
+    async def _pass(self) -> None:
+        """Every ``_STREAK``-th read or write that did not wait, one pass through the scheduler: a client that
+        keeps the socket full (pipelined requests) cannot starve the others."""
+        self.streak += 1
+        if self.streak >= _STREAK:
+            self.streak = 0
+            await trio.lowlevel.cancel_shielded_checkpoint()
 
     async def _head_too_slow(self) -> None:
         from mcpipe.server._listen import OVERFLOW_READ_S, _head_timeout_reply
@@ -231,13 +258,25 @@ class OwnConnection:
                 pass
 
     async def write(self, data: bytes) -> bool:
-        """Write to the client (shielded, as hypercorn writes); False once it is gone."""
-        async with self.lock:
+        """Write to the client (shielded, as hypercorn writes); False once it is gone. A plain ``write`` when no
+        other write is under way and the socket takes it all; the rest through trio."""
+        if not self.lock.locked():
             try:
-                with trio.CancelScope(shield=True):
-                    await self.stream.send_all(data)
-            except _SEND_ERRORS:
+                sent = os.write(self.stream.socket.fileno(), data)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
                 return False
+            if sent == len(data):
+                await self._pass()
+                return True
+            data = data[sent:]
+        try:
+            with trio.CancelScope(shield=True):  # the lock too: a response begun is never cut by a cancel
+                async with self.lock:
+                    await self.stream.send_all(data)
+        except _SEND_ERRORS:
+            return False
         return True
 
     def response_headers(self) -> list[tuple[bytes, bytes]]:
