@@ -43,6 +43,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "mcpipe._sandbox",
             "mcpipe._workerpool",
             "mcpipe._jsonschema",
+            "mcpipe._fastschema",
             "mcpipe._lazy",
             "mcpipe._mcp",
             "mcpipe._runscope",

@@ -11,7 +11,7 @@ deadline never holds the event loop. A pattern past its deadline is a validation
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -19,10 +19,11 @@ if TYPE_CHECKING:
     from jsonschema import ValidationError
     from jsonschema.protocols import Validator
 
+from mcpipe._fastschema import compile_fast
 from mcpipe._pattern import PatternTimeout, compile_pattern
 from mcpipe._util import RunLimiter
 
-__all__ = ["errors_async", "needs_thread", "patterns_of", "validator", "warm", "warmed"]
+__all__ = ["Checked", "errors_async", "needs_thread", "patterns_of", "validator", "warm", "warmed"]
 
 
 def validator(schema: object, *, default: type[Any] | None = None, **kwargs: object) -> Any:
@@ -37,7 +38,34 @@ def validator(schema: object, *, default: type[Any] | None = None, **kwargs: obj
     from jsonschema.validators import validator_for
 
     cls = validator_for(schema, default=Draft202012Validator if default is None else default)
-    return _safe(cls)(schema, **kwargs)
+    checker = _safe(cls)(schema, **kwargs)
+    fast = compile_fast(schema)
+    return checker if fast is None else Checked(checker, fast)
+
+
+class Checked:
+    """A validator with :func:`~mcpipe._fastschema.compile_fast`'s check of its schema in front: an instance
+    the check accepts has no errors, and only one it does not accept is walked by ``jsonschema`` (which then
+    decides, and words the errors). Every other attribute is the ``jsonschema`` validator's."""
+
+    __slots__ = ("checker", "fast")
+
+    def __init__(self, checker: Any, fast: Callable[[Any], bool]) -> None:
+        self.checker = checker
+        self.fast = fast
+
+    def iter_errors(self, instance: Any) -> Iterator[ValidationError]:
+        """The instance's errors: none at once when the compiled check accepts it."""
+        if self.fast(instance):
+            return iter(())
+        return self.checker.iter_errors(instance)  # type: ignore[no-any-return]
+
+    def is_valid(self, instance: Any) -> bool:
+        """Whether the instance has no errors."""
+        return self.fast(instance) or bool(self.checker.is_valid(instance))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.checker, name)
 
 
 def warm() -> None:

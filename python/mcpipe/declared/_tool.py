@@ -11,11 +11,10 @@ import orjson
 import trio
 
 from mcpipe._describe import json_type
-from mcpipe._jsonschema import needs_thread, validator
+from mcpipe._jsonschema import Checked, needs_thread, validator
 from mcpipe.declared._answers import AnswerShape, answer_shape
 from mcpipe.declared._config import PipelineConfig
 from mcpipe.declared._content import content_blocks
-from mcpipe.declared._fastschema import compile_fast
 from mcpipe.declared._plantool import PlanCall, PlanTool, ToolDialect
 from mcpipe.errors import ErrorCode
 from mcpipe.kinds import StepPolicy
@@ -79,7 +78,7 @@ class DeclaredDialect(ToolDialect):
         self._has_output = entry.output is not msgspec.UNSET
         self._has_content = entry.content is not msgspec.UNSET
         self._validator = _validator(entry.input_schema, entry.check_formats)
-        self._fast = compile_fast(entry.input_schema)
+        self._fast = self._validator.fast if isinstance(self._validator, Checked) else None
         self._output_validator = _validator(entry.output_schema) if entry.output_schema is not None else None
         # A schema with a pattern only the fallback engine takes is validated off the event loop.
         self.in_thread = needs_thread(entry.input_schema)

@@ -1,4 +1,4 @@
-"""The fast argument check never accepts what jsonschema rejects (property tests), and takes the
+"""The fast schema check never accepts what jsonschema rejects (property tests), and takes the
 common schemas."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from mcpipe.declared._fastschema import compile_fast
+from mcpipe._fastschema import compile_fast
 
 SCHEMAS: list[dict[str, Any]] = [
     {"type": "object"},
@@ -86,3 +86,37 @@ def test_the_common_valid_arguments_take_the_fast_path():
 )
 def test_schemas_outside_the_subset_go_to_jsonschema(schema):
     assert compile_fast(schema) is None
+
+
+@pytest.mark.parametrize("schema", SCHEMAS, ids=range(len(SCHEMAS)))
+@settings(max_examples=300, deadline=None)
+@given(instance=json_values)
+def test_a_validator_with_the_fast_check_in_front_reports_what_jsonschema_reports(schema, instance):
+    from mcpipe._jsonschema import Checked, validator
+
+    checked = validator(schema)
+    assert isinstance(checked, Checked)
+    plain = Draft202012Validator(schema)
+    assert [e.message for e in checked.iter_errors(instance)] == [e.message for e in plain.iter_errors(instance)]
+    assert checked.is_valid(instance) == plain.is_valid(instance)
+
+
+def test_a_downstream_tools_valid_structured_output_is_not_walked_by_jsonschema():
+    # A proxied call's outputSchema check: the common valid answer never reaches jsonschema's walk.
+    from mcpipe._jsonschema import validator
+
+    checked = validator({"type": "object", "properties": {"result": {"type": "string"}}, "required": ["result"]})
+    walked: list[object] = []
+
+    class Walked:
+        def __init__(self, real: Any) -> None:
+            self.real = real
+
+        def iter_errors(self, instance: object) -> Any:
+            walked.append(instance)
+            return self.real.iter_errors(instance)
+
+    checked.checker = Walked(checked.checker)
+    assert list(checked.iter_errors({"result": "hi"})) == [] and walked == []
+    assert [e.message for e in checked.iter_errors({"result": 1})] == ["1 is not of type 'string'"]
+    assert walked == [{"result": 1}]
