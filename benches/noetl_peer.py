@@ -12,17 +12,17 @@ and a loop calling a sub-playbook with postgres (``playbook_composition``). Both
   copies, its credentials a PostgreSQL of its own; each playbook is an MCP tool, called with raw 2026-07-28
   ``tools/call`` POSTs on keep-alive connections (``server_load.blast``: one thread, no SDK client).
 
-Both use the kit's HTTP stand-in on 127.0.0.1:18080 (counted on neither side). First each side runs each
-playbook once and its answer is compared with NoETL's golden as ``tests/formats/noetl/test_goldens.py``
-compares it (a subset, per step). Then, for ``--rounds`` rounds, interleaved (the order of the sides swaps
-each round), each playbook runs ``--runs`` times at concurrency 1 and 16 on each side; a run records the wall
-time to result per playbook, the throughput, the CPU seconds and peak RSS of every process of the side
-(NoETL: server, worker, PostgreSQL, NATS, with their children; mcpipe: its process and its PostgreSQL),
-the machine's load average (``/proc/loadavg``) and its idle share of CPU time (``/proc/stat``: 0 when every
-core was busy, with this side or anything else) during the run. Before each measurement both sides' processes
-are let go quiet (:func:`quiet`), so one side's leftover work does not run in the other's measurement.
-The table is printed in Markdown (and
-``--json FILE`` keeps the raw figures).
+Both use the kit's HTTP stand-in on 127.0.0.1:18080 (counted on neither side), its handler as it is but with a
+listen backlog of 128 (:func:`widen_stack_stand_in`; the kit's 5 dropped SYNs at concurrency 16). First each
+side runs each playbook once and its answer is compared with NoETL's golden as
+``tests/formats/noetl/test_goldens.py`` compares it (a subset, per step). Then, for ``--rounds`` rounds,
+interleaved (the order of the sides swaps each round), each playbook runs ``--runs`` times at concurrency 1 and
+16 on each side; a run records the wall time to result per playbook, the throughput, the CPU seconds and peak
+RSS of every process of the side (NoETL: server, worker, PostgreSQL, NATS, with their children; mcpipe: its
+process and its PostgreSQL), the machine's load average (``/proc/loadavg``) and its idle share of CPU time
+(``/proc/stat``: 0 when every core was busy, with this side or anything else) during the run. Before each
+measurement both sides' processes are let go quiet (:func:`quiet`), so one side's leftover work does not run in
+the other's measurement. The table is printed in Markdown (and ``--json FILE`` keeps the raw figures).
 
     python benches/noetl_peer.py [--rounds 3] [--runs 6] [--cases a,b] [--keep]
     python benches/noetl_peer.py --only mcpipe ...   # mcpipe's side alone (the stand-in started if not up)
@@ -34,6 +34,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -396,27 +397,62 @@ def table(results: list[Run], cases: list[str]) -> str:
     return "\n".join(rows)
 
 
-@contextmanager
-def stand_in(port: int = 18080) -> Iterator[None]:
-    """The kit's HTTP stand-in on ``port``, started here unless one (the NoETL stack's) already listens."""
+# The kit's stand-in as it is, but for its listen backlog: http.server's default of 5 overflows at 16 runs in
+# flight (each request a connection of its own), and every SYN dropped costs a run 1 s (4 December).
+WIDE_STAND_IN = (
+    "import http.server, runpy, sys; http.server.ThreadingHTTPServer.request_queue_size = 128; "
+    "path = sys.argv[1]; sys.argv = [path, *sys.argv[2:]]; runpy.run_path(path, run_name='__main__')"
+)
+STAND_IN_PORT = 18080
+
+
+def _listening(port: int) -> bool:
     import socket
 
     with socket.socket() as s:
-        if s.connect_ex(("127.0.0.1", port)) == 0:
-            yield
-            return
-    kit = Path(os.environ.get("NOETL_ORACLE_KIT", ROOT.parent / "shared" / "noetl-oracle")).resolve()
-    proc = subprocess.Popen([sys.executable, str(kit / "httpd.py"), str(port), "0"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)  # fmt: skip
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _start_stand_in(kit: Path, python: str, port: int) -> subprocess.Popen[bytes]:
+    """The kit's ``httpd.py`` (the same handler, the same answers) with a backlog of 128, in its own session."""
+    argv = [python, "-c", WIDE_STAND_IN, str(kit / "httpd.py"), str(port), "0"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 10
+    while not _listening(port):
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise RuntimeError(f"the HTTP stand-in did not listen on {port}")
+        time.sleep(0.05)
+    return proc
+
+
+def widen_stack_stand_in(kit: Path, work: Path) -> None:
+    """Replace the NoETL stack's stand-in by :func:`_start_stand_in`'s, run by the same interpreter (NoETL's
+    venv), its pid written where ``stack.sh`` keeps the stand-in's, so ``stack.sh stop`` ends it as its own."""
+    pidfile = work / "pids" / "httpd"
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError(f"the HTTP stand-in did not listen on {port}")
-            time.sleep(0.05)
+        os.killpg(int(pidfile.read_text()), signal.SIGTERM)
+    except (OSError, ValueError):
+        pass
+    deadline = time.monotonic() + 10
+    while _listening(STAND_IN_PORT):
+        if time.monotonic() > deadline:
+            print("noetl_peer: the stack's stand-in did not stop; its backlog of 5 stays", file=sys.stderr)
+            return
+        time.sleep(0.05)
+    python = work / f"venv-{VERSION}" / "bin" / "python"
+    proc = _start_stand_in(kit, str(python if python.exists() else sys.executable), STAND_IN_PORT)
+    pidfile.write_text(str(proc.pid))
+
+
+@contextmanager
+def stand_in(port: int = STAND_IN_PORT) -> Iterator[None]:
+    """The kit's HTTP stand-in on ``port`` (with a backlog of 128), started here unless one already listens."""
+    if _listening(port):
+        yield
+        return
+    kit = Path(os.environ.get("NOETL_ORACLE_KIT", ROOT.parent / "shared" / "noetl-oracle")).resolve()
+    proc = _start_stand_in(kit, sys.executable, port)
+    try:
         yield
     finally:
         proc.kill()
@@ -483,6 +519,7 @@ def main() -> int:
     if not args.no_start:
         subprocess.run([str(kit / "setup.sh"), VERSION], check=True, env=env)
         subprocess.run([str(kit / "stack.sh"), "start", VERSION], check=True, env=env)
+    widen_stack_stand_in(kit, Path(env["NOETL_ORACLE_DIR"]))
     results: list[Run] = []
     try:
         noetl = Noetl(kit, env, args.poll)
