@@ -517,8 +517,12 @@ def main() -> int:
     env.setdefault("NOETL_ORACLE_DIR", "/tmp/mcpipe-noetl-oracle")
     Path(env["NOETL_ORACLE_DIR"]).mkdir(parents=True, exist_ok=True)
     if not args.no_start:
-        subprocess.run([str(kit / "setup.sh"), VERSION], check=True, env=env)
-        subprocess.run([str(kit / "stack.sh"), "start", VERSION], check=True, env=env)
+        for step in (["setup.sh", VERSION], ["stack.sh", "start", VERSION]):
+            done = subprocess.run([str(kit / step[0]), *step[1:]], env=env)
+            if done.returncode:
+                failed = f"noetl_peer: {' '.join(step)} failed (exit {done.returncode}; its message is above)"
+                print(failed, file=sys.stderr)
+                return 1
     widen_stack_stand_in(kit, Path(env["NOETL_ORACLE_DIR"]))
     results: list[Run] = []
     try:
