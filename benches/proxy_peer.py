@@ -10,7 +10,9 @@ The downstream is the SDK's ``MCPServer`` on hypercorn's trio worker (``server_l
 - **mcpipe at a base** (``--base PYTHON``, e.g. another checkout's ``.venv/bin/python``): the same server
   from that interpreter's mcpipe, for an A/B of a change in one run;
 - **mcpg** (``.mcpg/bin/mcpg``, built by ``make mcpg-oracle``; ``--mcpg PATH``): the same downstream as an
-  ``mcp.federations`` upstream (tool prefix ``down.``). Absent, the part is skipped and said so.
+  ``mcp.federations`` upstream (tool prefix ``down.``). Absent, the part is skipped and said so. It runs with
+  its working directory in the run's temporary folder: mcpg's built-in audit sink, on by default, writes
+  ``./mcpg-audit.log`` there (as mcpipe writes its audit file there), never into the checkout.
 
 Loads (each a raw 2026-07-28 ``tools/call`` POST on keep-alive connections): ``proxy``, ``down.ping`` through
 the gateway; ``pipe``, an ``mcp_pipe`` of 5 chained ``down.inc`` steps (mcpipe only); ``direct``, ``ping``
@@ -20,8 +22,9 @@ cargo on first use) or, with ``--python-load``, ``server_load.blast`` (one Pytho
 For ``--rounds`` rounds, interleaved (the order of the gateways rotates each round), each load runs
 ``--calls`` calls at ``--clients`` clients; a row records calls/s, the gateway's CPU per call and the
 downstream's (utime+stime from ``/proc/<pid>/stat``: so "gateway CPU / downstream CPU" is measured on the
-same calls), the gateway's RSS, the load generator's CPU per call, and the machine's load average over the
-round. The table (medians over rounds) is printed in Markdown; ``--json FILE`` keeps every round.
+same calls), the gateway's RSS after the load and its peak (``VmHWM``), the load generator's CPU per call,
+and the machine's load average over the round. The table (medians over rounds) is printed in Markdown;
+``--json FILE`` keeps every round.
 
     python benches/proxy_peer.py [--rounds 5] [--calls 3000] [--clients 8] [--base PY] [--mcpg PATH]
 """
@@ -68,9 +71,10 @@ LOADS: dict[str, tuple[str, dict[str, Any], bytes]] = {
 }
 
 
-def rss_mb(pid: int) -> float:
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """A process's resident set in MB: ``VmRSS`` now, ``VmHWM`` its peak so far."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return 0.0
 
@@ -80,8 +84,12 @@ def loadavg() -> float:
 
 
 @contextmanager
-def process(argv: list[str], what: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+def process(
+    argv: list[str], what: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=cwd
+    )
     try:
         yield proc
     finally:
@@ -146,6 +154,21 @@ mcp:
 """
 
 
+@contextmanager
+def mcpg_process(binary: str, tmp: Path, down_url: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """mcpg in front of ``down_url``: its config and its working directory (``tmp/mcpg``, where its audit sink
+    writes ``mcpg-audit.log``) inside the run's temporary folder; yields (its MCP URL, the process)."""
+    port = free_port()
+    home = tmp / "mcpg"
+    home.mkdir(exist_ok=True)
+    cfg = home / "mcpg.yaml"
+    cfg.write_text(MCPG_CONFIG.format(port=port, url=down_url))
+    env = {**os.environ, "MCPG_CONFIG": str(cfg), "RUST_LOG": "error"}
+    with process([str(Path(binary).resolve())], "mcpg", env, cwd=home) as proc:
+        wait_listening(port, "mcpg gateway")
+        yield f"http://127.0.0.1:{port}/mcp", proc
+
+
 def mcpg_profile(binary: Path) -> str:
     """The cargo profile ``build.py`` recorded for ``binary`` (``.mcpg/BUILD.json``), else "unknown"."""
     try:
@@ -195,6 +218,7 @@ class Row:
     gateway_cpu_ms: float
     downstream_cpu_ms: float
     gateway_rss_mb: float
+    gateway_peak_rss_mb: float
     loadgen_cpu_ms: float
     loadavg: float
 
@@ -222,12 +246,14 @@ def measure(
         (g1 - g0) * 1000 / done if pid != down_pid else 0.0,
         (d1 - d0) * 1000 / done,
         rss_mb(pid),
+        rss_mb(pid, "VmHWM"),
         client * 1000 / done,
         (l0 + loadavg()) / 2,
     )
     print(
         f"  round {r} {name:8} {load:6} {row.calls_per_s:7.0f}/s gateway {row.gateway_cpu_ms:.3f} ms "
         f"downstream {row.downstream_cpu_ms:.3f} ms ratio {row.ratio:.2f} rss {row.gateway_rss_mb:.0f} MB "
+        f"(peak {row.gateway_peak_rss_mb:.0f}) "
         f"load {row.loadavg:.1f}",
         flush=True,
     )
@@ -241,8 +267,8 @@ def mcpipe_argv(python: str, down: str, audit: str) -> list[str]:
 def table(rows: list[Row]) -> str:
     out = [
         "| gateway | load | calls/s | gateway CPU ms/call | downstream CPU ms/call | gateway / downstream CPU "
-        "| gateway RSS MB | load generator CPU ms/call | load average |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| gateway RSS MB | gateway peak RSS MB | load generator CPU ms/call | load average |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     keys = sorted({(r.gateway, r.load) for r in rows}, key=lambda k: (k[1], k[0]))
     for gw, ld in keys:
@@ -251,7 +277,8 @@ def table(rows: list[Row]) -> str:
         out.append(
             f"| {gw} | {ld} | {med(r.calls_per_s for r in rs):.0f} | {med(r.gateway_cpu_ms for r in rs):.3f} "
             f"| {med(r.downstream_cpu_ms for r in rs):.3f} | {med(r.ratio for r in rs):.2f} "
-            f"| {max(r.gateway_rss_mb for r in rs):.0f} | {med(r.loadgen_cpu_ms for r in rs):.3f} "
+            f"| {max(r.gateway_rss_mb for r in rs):.0f} | {max(r.gateway_peak_rss_mb for r in rs):.0f} "
+            f"| {med(r.loadgen_cpu_ms for r in rs):.3f} "
             f"| {min(r.loadavg for r in rs):.1f}-{max(r.loadavg for r in rs):.1f} |"
         )
     return "\n".join(out)
@@ -289,7 +316,8 @@ def main() -> int:
     gen = None if a.python_load else loadgen()
     print(f"load generator: {gen or 'server_load.blast (Python, epoll)'}", flush=True)
     rows: list[Row] = []
-    with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
+    # The folder outlives the processes (the stack ends them first): mcpg writes into it until it is killed.
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
         down = stack.enter_context(process([sys.executable, str(HERE / "server_load.py"), "sdk"], "downstream", env))
         down_url = url_of(down, "downstream SDK server")
@@ -300,14 +328,8 @@ def main() -> int:
             base = stack.enter_context(process(mcpipe_argv(a.base, down_url, f"{tmp}/audit-base.jsonl"), "base", env))
             gateways["base"] = (url_of(base, "base mcpipe gateway"), base.pid)
         if Path(a.mcpg).is_file():
-            port = free_port()
-            cfg = Path(tmp) / "mcpg.yaml"
-            cfg.write_text(MCPG_CONFIG.format(port=port, url=down_url))
-            mg = stack.enter_context(
-                process([a.mcpg], "mcpg", {**os.environ, "MCPG_CONFIG": str(cfg), "RUST_LOG": "error"})
-            )
-            wait_listening(port, "mcpg gateway")
-            gateways["mcpg"] = (f"http://127.0.0.1:{port}/mcp", mg.pid)
+            mcpg_url, mg = stack.enter_context(mcpg_process(a.mcpg, Path(tmp), down_url))
+            gateways["mcpg"] = (mcpg_url, mg.pid)
             print(f"mcpg: {a.mcpg} ({mcpg_profile(Path(a.mcpg))} build)", flush=True)
         else:
             print(f"mcpg: not built ({a.mcpg}): `make mcpg-oracle` builds it; its rows are left out", flush=True)
