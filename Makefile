@@ -6,8 +6,8 @@ STAMP := $(VENV)/.mcpipe-installed
 RUST_SRC := $(shell find rust -name '*.rs') Cargo.toml pyproject.toml
 
 .PHONY: setup serve test lint pytest cargo-test conformance bench fuzz soak fmt clean wheel kafka-tansu console-screenshots \
-	mcpg-oracle mcpg-goldens mcpg-diff mcpg-json-errors noetl-oracle image image-test bench-peers bench-peer-noetl \
-	bench-peer-mcpg mcpg-gateway
+	mcpg-goldens mcpg-diff mcpg-json-errors noetl-oracle image image-test bench-peers bench-peer-noetl \
+	bench-peer-mcpg
 
 setup: $(STAMP)
 
@@ -90,9 +90,10 @@ noetl-oracle: setup
 # and prints a table (docs/performance.md). A list of parts: add a peer's as bench-peer-NAME.
 # noetl: the real NoETL 4.26.0 (the oracle kit: a first run installs about 1.3 GB) against mcpipe on five of
 # NoETL's golden playbooks, at concurrency 1 and 16. NOETL_PEER_ARGS: e.g. --rounds 1 --runs 3.
-# mcpg: the real mcpg (.mcpg/bin/mcpg: `make mcpg-gateway` builds it from the checkouts) and mcpipe, each
-# in front of the same SDK downstream over streamable HTTP, loaded by benches/loadgen (Rust, std only, built
-# with cargo on first use into target/loadgen); without mcpg its rows are left out and said so.
+# mcpg: the real mcpg (.mcpg/bin/mcpg, when it is there: this repository holds no recipe that builds fetched
+# code, docs/formats/mcpg.md "The oracle") and mcpipe, each in front of the same SDK downstream over
+# streamable HTTP, loaded by benches/loadgen (Rust, std only, built with cargo on first use into
+# target/loadgen); without mcpg its rows are left out and said so.
 # MCPG_PEER_ARGS: e.g. --rounds 3 --calls 2000 --base ../other/.venv/bin/python (an A/B against another tree).
 PEER_PARTS := noetl mcpg
 bench-peers: $(addprefix bench-peer-,$(PEER_PARTS))
@@ -100,16 +101,8 @@ bench-peers: $(addprefix bench-peer-,$(PEER_PARTS))
 bench-peer-noetl: setup
 	$(BIN)/python benches/noetl_peer.py $(NOETL_PEER_ARGS)
 
-bench-peer-mcpg: setup mcpg-gateway
+bench-peer-mcpg: setup
 	$(BIN)/python benches/proxy_peer.py $(MCPG_PEER_ARGS)
-
-# The gateway the proxy bench runs: .mcpg/bin/mcpg as it is, else built from the checkouts (the gateway alone,
-# release profile, 10-30 min), else its rows are left out and said so.
-mcpg-gateway:
-	@if [ -x .mcpg/bin/mcpg ]; then :; \
-	elif [ -d "$(MCPG_SRC)" ] && [ -d "$(MCPG_DEPS)" ]; then \
-		$(PY) scripts/mcpg_oracle/build.py --src $(MCPG_SRC) --deps $(MCPG_DEPS) --only mcpg --release; \
-	else echo "mcpg: no checkouts at $(MCPG_SRC) and $(MCPG_DEPS) (docs/formats/mcpg.md, Evidence)"; fi
 
 bench: setup
 	$(BIN)/python -m pytest benches --benchmark-enable --benchmark-only -q $(PYTEST_ARGS)
@@ -178,16 +171,10 @@ $(TANSU):
 kafka-tansu: setup $(TANSU)
 	MCPIPE_KAFKA=tansu MCPIPE_TANSU=$(abspath $(TANSU)) $(BIN)/python -m pytest -q $(KAFKA_TESTS) $(PYTEST_ARGS)
 
-# The mcpg oracle (docs/formats/mcpg.md, "Evidence"): the real mcpg gateway, built from source into .mcpg/
-# (git-ignored) with its backend plugins, the goldens of tests/formats/mcpg/golden/ recorded from it, and
-# mcpipe and mcpg run side by side on them. Not CI: the build takes 30-60 min on 2 cores. MCPG_SRC is a
-# checkout of mcpg-dev/mcpg (v0.1.0-beta.16), MCPG_DEPS a folder of checkouts of its sibling repositories
-# (they are not on crates.io); only crates are fetched.
-MCPG_SRC ?= ../.mcpg-src
-MCPG_DEPS ?= ../.mcpg-deps
+# The mcpg oracle (docs/formats/mcpg.md, "Evidence"): the real mcpg gateway in .mcpg/ (git-ignored; built
+# from source outside this repository, which commits no recipe that builds fetched code), the goldens of
+# tests/formats/mcpg/golden/ recorded from it, and mcpipe and mcpg run side by side on them. Not CI.
 MCPG_UPSTREAM ?= tests/formats/mcpg/upstream
-mcpg-oracle:
-	$(PY) scripts/mcpg_oracle/build.py --src $(MCPG_SRC) --deps $(MCPG_DEPS)
 
 mcpg-goldens: setup
 	$(BIN)/python scripts/mcpg_oracle/record.py --upstream $(MCPG_UPSTREAM) $(CASES)

@@ -9,10 +9,10 @@ The downstream is the SDK's ``MCPServer`` on hypercorn's trio worker (``server_l
   ``mcpServers.down`` (prefix ``down``), its audit file written as in production;
 - **mcpipe at a base** (``--base PYTHON``, e.g. another checkout's ``.venv/bin/python``): the same server
   from that interpreter's mcpipe, for an A/B of a change in one run;
-- **mcpg** (``.mcpg/bin/mcpg``, built by ``make mcpg-oracle``; ``--mcpg PATH``): the same downstream as an
-  ``mcp.federations`` upstream (tool prefix ``down.``). Absent, the part is skipped and said so. It runs with
-  its working directory in the run's temporary folder: mcpg's built-in audit sink, on by default, writes
-  ``./mcpg-audit.log`` there (as mcpipe writes its audit file there), never into the checkout.
+- **mcpg** (``.mcpg/bin/mcpg`` when it is there, built outside this repository; ``--mcpg PATH``): the same
+  downstream as an ``mcp.federations`` upstream (tool prefix ``down.``). Absent, the part is skipped and said
+  so. It runs with its working directory in the run's temporary folder: mcpg's built-in audit sink, on by
+  default, writes ``./mcpg-audit.log`` there (as mcpipe writes its audit file there), never into the checkout.
 
 Loads (each a raw 2026-07-28 ``tools/call`` POST on keep-alive connections): ``proxy``, ``down.ping`` through
 the gateway; ``pipe``, an ``mcp_pipe`` of 5 chained ``down.inc`` steps (mcpipe only); ``direct``, ``ping``
@@ -170,7 +170,7 @@ def mcpg_process(binary: str, tmp: Path, down_url: str) -> Iterator[tuple[str, s
 
 
 def mcpg_profile(binary: Path) -> str:
-    """The cargo profile ``build.py`` recorded for ``binary`` (``.mcpg/BUILD.json``), else "unknown"."""
+    """The cargo profile recorded beside ``binary`` (``.mcpg/BUILD.json``, by its build), else "unknown"."""
     try:
         report = json.loads((binary.parents[1] / "BUILD.json").read_text())
     except (OSError, ValueError):
@@ -332,7 +332,7 @@ def main() -> int:
             gateways["mcpg"] = (mcpg_url, mg.pid)
             print(f"mcpg: {a.mcpg} ({mcpg_profile(Path(a.mcpg))} build)", flush=True)
         else:
-            print(f"mcpg: not built ({a.mcpg}): `make mcpg-oracle` builds it; its rows are left out", flush=True)
+            print(f"mcpg: not there ({a.mcpg}; built outside this repository): its rows are left out", flush=True)
         names = list(gateways)
         for r in range(a.rounds):
             order = names[r % len(names) :] + names[: r % len(names)]

@@ -125,7 +125,7 @@ def main() -> None:
     if not (upstream / "INDEX.json").exists():
         raise SystemExit(f"{upstream}/INDEX.json is missing (scripts/vendor_mcpg.py writes it)")
     if not MCPG.exists():
-        raise SystemExit(f"{MCPG} is missing: run `make mcpg-oracle` first")
+        raise SystemExit(f"{MCPG} is missing: it is built outside this repository (docs/formats/mcpg.md)")
     if not ns.served_only:
         record_config_check(upstream)
     if ns.check_only:

@@ -55,7 +55,7 @@ def serving(which: str, config: Path, port: int, env: dict[str, str], log: Path)
     mcp_path, health_path = mcp_url(text)
     if which == "mcpg":
         if not MCPG.exists():
-            raise SystemExit(f"{MCPG} is missing: run `make mcpg-oracle` first")
+            raise SystemExit(f"{MCPG} is missing: it is built outside this repository (docs/formats/mcpg.md)")
         argv = [str(MCPG)]
         env = _clean_env({**env, "MCPG_CONFIG": str(config), "RUST_LOG": "warn", "NO_COLOR": "1"})
     else:

@@ -1,7 +1,7 @@
 """mcpipe answers mcpg's configs as the real mcpg did: the oracle's goldens, replayed in CI without mcpg.
 
 The goldens (``golden/``) were recorded from the real mcpg binary built from source
-(``make mcpg-oracle mcpg-goldens``; docs/formats/mcpg.md, "Evidence"):
+(``make mcpg-goldens`` with the oracle in ``.mcpg/``; docs/formats/mcpg.md, "Evidence"):
 
 - ``config-check.json``: per config of the vendored collection, whether mcpg accepts it;
 - ``served/<case>.json``: a config served with its outside services on 127.0.0.1, the calls made over
