@@ -147,6 +147,18 @@ START_TIMEOUT_S = 60.0
 """How long a new fork server may take to start (Python's start-up and imports, on a loaded machine)."""
 
 _SCRIPT = str(Path(__file__).with_name("_zygote.py"))
+_LAUNCH = """\
+import sys, types
+from importlib.machinery import SourceFileLoader
+zygote = types.ModuleType("_zygote")
+zygote.__file__ = sys.argv[1]
+SourceFileLoader("_zygote", sys.argv[1]).exec_module(zygote)
+zygote.main(sys.argv[2:])
+"""
+"""How the fork server starts (``python -I -c _LAUNCH _zygote.py FD CONFIG``): its file loaded as an import
+would load it, from the bytecode cached in ``__pycache__`` (the server's own import of the module wrote it),
+where running it as a script would compile its source at every start (and leave the compiler's garbage in
+the heap every worker's fork copies)."""
 _HEADER = struct.Struct(">I")
 
 
@@ -227,6 +239,12 @@ def _not_dumpable() -> None:
         libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
+def fork_server_env() -> dict[str, str]:
+    """The fork server's environment (and so its workers' before a step's ``env``): the server's ``PATH``,
+    locale and time zone, nothing else."""
+    return {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL", "TZ") if k in os.environ}
+
+
 class _Zygote:
     """One fork server process (one generation)."""
 
@@ -237,12 +255,12 @@ class _Zygote:
         config = {"uid_base": uid_base, "roles": roles, "slice_us": SLICE_US}
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", _SCRIPT, str(theirs.fileno()), json.dumps(config)],
+                [sys.executable, "-I", "-c", _LAUNCH, _SCRIPT, str(theirs.fileno()), json.dumps(config)],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 pass_fds=(theirs.fileno(),),
-                env={k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL", "TZ") if k in os.environ},
+                env=fork_server_env(),
                 start_new_session=True,
             )
         except BaseException:
@@ -264,6 +282,8 @@ class _Zygote:
             raise SandboxError("the sandbox's fork server did not start (it exited)")
         ours.setblocking(False)
         self.isolation = Isolation.of(hello["hello"])
+        self.modules: tuple[str, ...] = tuple(hello.get("modules") or ())
+        """The modules the fork server holds once started (:data:`_zygote.IMAGE` says which it may)."""
 
     def send(self, message: Mapping[str, object], fds: list[int]) -> None:
         """One request (non-blocking: a fork server that does not read is wedged, BlockingIOError)."""
