@@ -397,17 +397,20 @@ class Worker:
             self.poller.register(self.pidfd, select.EPOLLIN)
 
     def settle(self) -> bool:
-        """A kept worker before its next use: whether it is still there (not killed, not ended), with what
-        the threads of an earlier step printed since its last reply drained (it is not the next step's). One
-        poll of its epoll set says both, where nothing happened since (the common case)."""
+        """A kept worker before its next use: whether it is still there (not killed, not ended) and its reply
+        socket holds nothing (what a thread of an earlier step wrote there would be read as the next step's
+        reply), with what the threads of an earlier step printed since its last reply drained (it is not the
+        next step's). One poll of its epoll set says all of it, where nothing happened since (the common
+        case)."""
         if self.killed or self.poller is None:
             return False
         events = self.poller.poll(0)
         if not events:
             return True
         stale = Output(0)
+        io = self.io.fileno()
         for fd, _ in events:
-            if fd == self.pidfd:
+            if fd == self.pidfd or fd == io:
                 return False
             if fd == self.out or fd == self.err:
                 stale.read_now(fd, stale.out)
@@ -841,20 +844,40 @@ class _Frames:
         self.buf = bytearray()
         self.ended = False
 
+    def complete(self) -> bool:
+        """Whether the first frame is all here (OverflowError: it is longer than ``max_bytes``)."""
+        if len(self.buf) < _HEADER.size:
+            return False
+        (size,) = _HEADER.unpack_from(self.buf)
+        if size > self.max_bytes:
+            raise OverflowError(size)
+        return len(self.buf) >= _HEADER.size + size
+
     def whole(self) -> bytes | None:
         """The first frame, when all of it is here.
 
         Raises:
             OverflowError: it is longer than ``max_bytes``.
         """
-        if len(self.buf) < _HEADER.size:
+        if not self.complete():
             return None
         (size,) = _HEADER.unpack_from(self.buf)
-        if size > self.max_bytes:
-            raise OverflowError(size)
-        if len(self.buf) < _HEADER.size + size:
-            return None
         return bytes(self.buf[_HEADER.size : _HEADER.size + size])
+
+    def read_frame_now(self) -> None:
+        """Take what the socket holds now until the first frame is whole, without waiting: a reply that came
+        in one piece costs one ``recv`` (whether anything follows it is asked by the poll after it)."""
+        while not self.ended and not self.complete():
+            try:
+                chunk = self.sock.recv(1 << 20)
+            except BlockingIOError:
+                return
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self.ended = True
+                return
+            self.buf += chunk
 
     def read_now(self) -> None:
         """Take what the socket holds now, without waiting."""
@@ -937,7 +960,7 @@ async def exchange(
                 elif fd == worker.pidfd:
                     ended = True  # it ended: what it wrote before is in the socket already
                 else:
-                    frames.read_now()
+                    frames.read_frame_now()
             if ended:
                 frames.read_now()
                 result.reply = frames.whole()
@@ -951,13 +974,19 @@ async def exchange(
     # worker goes, whatever it started (a child holding the reply socket or the pipes) with it; a worker that
     # waits for another request stays, if it answered cleanly (whole, nothing after it).
     clean = result.reply is not None and len(frames.buf) == _HEADER.size + len(result.reply)
+    after: list[tuple[int, int]] = []
+    if worker.loops and clean and not ended:
+        # It flushed what it printed before its reply, so that is in the pipes by now and the epoll set says
+        # which (one poll, where two reads would each find out); and whether anything came after its reply
+        # on its socket (then it is not clean: not kept).
+        after = poller.poll(0)
+        io = worker.io.fileno()
+        clean = not any(fd == io for fd, _ in after)
     if not (worker.loops and clean and not ended):
         worker.loops = False
         worker.kill()
     if worker.loops:
-        # It flushed what it printed before its reply, so that is in the pipes by now and the epoll set says
-        # which (one poll, where two reads would each find out).
-        for fd, _ in poller.poll(0):
+        for fd, _ in after:
             into = streams.get(fd)
             if into is not None:
                 output.read_now(fd, into)
@@ -1035,6 +1064,10 @@ class SandboxProcess:
                 self._counted = True
                 with self.sandbox._lock:
                     worker.zygote.users += 1
+            if worker.uses:
+                # A kept worker reads its requests itself, and it is alive (its poll just said so): its fork
+                # server ran (its workers die with it), so nothing to ask of it (a ``waitpid`` a step).
+                return
             try:
                 await worker.ready(self.sandbox)
             except SandboxError:
