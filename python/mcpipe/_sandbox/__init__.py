@@ -834,6 +834,10 @@ class Output:
                 return
 
 
+_FIRST_RECV = 1 << 16
+"""What :meth:`_Frames.read_frame_now` asks for until it knows a frame's length."""
+
+
 class _Frames:
     """Frames read from a socket as they come (what arrived so far kept, so a reader can stop at any point
     and parse what is whole)."""
@@ -866,10 +870,17 @@ class _Frames:
 
     def read_frame_now(self) -> None:
         """Take what the socket holds now until the first frame is whole, without waiting: a reply that came
-        in one piece costs one ``recv`` (whether anything follows it is asked by the poll after it)."""
+        in one piece costs one ``recv`` (whether anything follows it is asked by the poll after it).
+
+        Each ``recv`` asks for what the frame still lacks once its length is known, else 64 KiB: a buffer
+        below malloc's threshold for ``mmap``, where one of 1 MiB would cost an ``mmap``, ``mremap`` and
+        ``munmap`` for every reply."""
         while not self.ended and not self.complete():
+            want = _FIRST_RECV
+            if len(self.buf) >= _HEADER.size:
+                want = min(_HEADER.size + _HEADER.unpack_from(self.buf)[0] - len(self.buf), 1 << 20)
             try:
-                chunk = self.sock.recv(1 << 20)
+                chunk = self.sock.recv(want)
             except BlockingIOError:
                 return
             except OSError:
