@@ -20,7 +20,7 @@ from typing import Any, TypeAlias
 
 import orjson
 
-__all__ = ["DuplicateKeyError", "Json", "JsonObject", "check_unique_keys", "dumps"]
+__all__ = ["DuplicateKeyError", "Json", "JsonObject", "check_unique_keys", "dumps", "loads"]
 
 Json: TypeAlias = "bool | int | float | str | list[Json] | dict[str, Json] | None"
 """A JSON value as decoded (orjson, ``json``, msgspec): what a tool's arguments, a step's output and a
@@ -39,6 +39,22 @@ def dumps(value: object) -> bytes:
         if "64-bit" not in str(e):
             raise
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+_LONG_NUMBER = re.compile(rb"[0-9]{20}")
+"""Twenty digits in a row: where an integer past 64 bits may be (orjson reads those as floats, silently)."""
+
+
+def loads(data: bytes) -> Any:
+    """The value of JSON text ``data``: orjson, or Python's ``json`` where an integer may be past 64 bits
+    (twenty digits in a row anywhere, a string's too), so that such an integer is read exactly.
+
+    Raises:
+        ValueError: it is not JSON (``orjson.JSONDecodeError`` is one).
+    """
+    if _LONG_NUMBER.search(data) is None:
+        return orjson.loads(data)
+    return json.loads(data)
 
 
 class DuplicateKeyError(ValueError):

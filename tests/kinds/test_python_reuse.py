@@ -328,3 +328,62 @@ async def test_a_reusing_runs_spare_is_forked_again_once_the_run_is_over_not_whi
         while pool.idle(shape) < policy.spares():  # noqa: ASYNC110
             await trio.sleep(0.001)
         await all_gone(watch(tuple(_worker(first.output[0]))))
+
+
+async def test_a_kept_workers_step_sees_its_own_env_whatever_the_step_before_did_to_os_environ():
+    base = FRESH.python.base_env()
+    seen = "import os\nseen = dict(os.environ)\n"
+    token = _runscope.enter()
+    try:
+        first = await _step(WHO + seen + "os.environ['LEFT'] = 'x'\ndel os.environ['A']\nresult = [who, seen]",
+                            env={"A": "1"})  # fmt: skip
+        same = await _step(WHO + seen + "result = [who, seen]", env={"A": "1"})
+        again = await _step(WHO + seen + "result = [who, seen]", env={"A": "1"})
+        other = await _step(WHO + seen + "result = [who, seen]", env={"C": "3"})
+    finally:
+        _runscope.leave(token)
+    outputs = [first, same, again, other]
+    assert all(o.ok for o in outputs), [o.error for o in outputs]
+    assert len({json.dumps(o.output[0]) for o in outputs}) == 1  # one worker served them all
+    assert [o.output[1] for o in outputs] == [{**base, "A": "1"}] * 3 + [{**base, "C": "3"}]
+
+
+async def test_a_kept_worker_that_wrote_past_its_reply_is_not_kept_and_the_next_step_is_right():
+    with open_dir() as shared:
+        done = shared / "wrote"
+        stray = (
+            "import threading, time\n"
+            "def later():\n    time.sleep(0.05)\n    os.write(3, b'\\0\\0\\0\\x02{}')\n"
+            f"    open({str(done)!r}, 'w').close()\n"
+            "threading.Thread(target=later).start()\n"
+        )
+        glued = (  # its reply and a frame more in one write
+            "import os as o\nreal = o.write\n"
+            "def glue(fd, data):\n    o.write = real\n    return real(fd, bytes(data) + b'\\0\\0\\0\\x02{}') - 6\n"
+            "o.write = glue\n"
+        )
+        token = _runscope.enter()
+        try:
+            first = await _step(WHO + stray + "result = who")
+            with trio.fail_after(20):
+                while not done.exists():  # noqa: ASYNC110 (a file another process writes: no event to wait on)
+                    await trio.sleep(0.01)
+            second = await _step(WHO + glued + "result = who")
+            third = await _step(WHO + "result = [who, 6 * 7]")
+        finally:
+            _runscope.leave(token)
+    assert first.ok and second.ok and third.ok, (first.error, second.error, third.error)
+    assert second.output != first.output  # the stray frame was not taken for the second step's reply
+    assert third.output[0] != second.output and third.output[1] == 42
+
+
+async def test_a_kept_workers_reply_of_megabytes_is_read_whole_and_the_worker_kept():
+    token = _runscope.enter()
+    try:
+        big = await _step(WHO + "result = [who, 'x' * (3 << 20)]")
+        after = await _step(WHO + "result = who")
+    finally:
+        _runscope.leave(token)
+    assert big.ok and after.ok, (big.error, after.error)
+    assert big.output[1] == "x" * (3 << 20)
+    assert after.output == big.output[0]

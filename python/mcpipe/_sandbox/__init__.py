@@ -147,6 +147,18 @@ START_TIMEOUT_S = 60.0
 """How long a new fork server may take to start (Python's start-up and imports, on a loaded machine)."""
 
 _SCRIPT = str(Path(__file__).with_name("_zygote.py"))
+_LAUNCH = """\
+import sys, types
+from importlib.machinery import SourceFileLoader
+zygote = types.ModuleType("_zygote")
+zygote.__file__ = sys.argv[1]
+SourceFileLoader("_zygote", sys.argv[1]).exec_module(zygote)
+zygote.main(sys.argv[2:])
+"""
+"""How the fork server starts (``python -I -c _LAUNCH _zygote.py FD CONFIG``): its file loaded as an import
+would load it, from the bytecode cached in ``__pycache__`` (the server's own import of the module wrote it),
+where running it as a script would compile its source at every start (and leave the compiler's garbage in
+the heap every worker's fork copies)."""
 _HEADER = struct.Struct(">I")
 
 
@@ -227,6 +239,12 @@ def _not_dumpable() -> None:
         libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
+def fork_server_env() -> dict[str, str]:
+    """The fork server's environment (and so its workers' before a step's ``env``): the server's ``PATH``,
+    locale and time zone, nothing else."""
+    return {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL", "TZ") if k in os.environ}
+
+
 class _Zygote:
     """One fork server process (one generation)."""
 
@@ -237,12 +255,12 @@ class _Zygote:
         config = {"uid_base": uid_base, "roles": roles, "slice_us": SLICE_US}
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", _SCRIPT, str(theirs.fileno()), json.dumps(config)],
+                [sys.executable, "-I", "-c", _LAUNCH, _SCRIPT, str(theirs.fileno()), json.dumps(config)],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 pass_fds=(theirs.fileno(),),
-                env={k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL", "TZ") if k in os.environ},
+                env=fork_server_env(),
                 start_new_session=True,
             )
         except BaseException:
@@ -264,6 +282,8 @@ class _Zygote:
             raise SandboxError("the sandbox's fork server did not start (it exited)")
         ours.setblocking(False)
         self.isolation = Isolation.of(hello["hello"])
+        self.modules: tuple[str, ...] = tuple(hello.get("modules") or ())
+        """The modules the fork server holds once started (:data:`_zygote.IMAGE` says which it may)."""
 
     def send(self, message: Mapping[str, object], fds: list[int]) -> None:
         """One request (non-blocking: a fork server that does not read is wedged, BlockingIOError)."""
@@ -377,17 +397,20 @@ class Worker:
             self.poller.register(self.pidfd, select.EPOLLIN)
 
     def settle(self) -> bool:
-        """A kept worker before its next use: whether it is still there (not killed, not ended), with what
-        the threads of an earlier step printed since its last reply drained (it is not the next step's). One
-        poll of its epoll set says both, where nothing happened since (the common case)."""
+        """A kept worker before its next use: whether it is still there (not killed, not ended) and its reply
+        socket holds nothing (what a thread of an earlier step wrote there would be read as the next step's
+        reply), with what the threads of an earlier step printed since its last reply drained (it is not the
+        next step's). One poll of its epoll set says all of it, where nothing happened since (the common
+        case)."""
         if self.killed or self.poller is None:
             return False
         events = self.poller.poll(0)
         if not events:
             return True
         stale = Output(0)
+        io = self.io.fileno()
         for fd, _ in events:
-            if fd == self.pidfd:
+            if fd == self.pidfd or fd == io:
                 return False
             if fd == self.out or fd == self.err:
                 stale.read_now(fd, stale.out)
@@ -811,6 +834,10 @@ class Output:
                 return
 
 
+_FIRST_RECV = 1 << 16
+"""What :meth:`_Frames.read_frame_now` asks for until it knows a frame's length."""
+
+
 class _Frames:
     """Frames read from a socket as they come (what arrived so far kept, so a reader can stop at any point
     and parse what is whole)."""
@@ -821,20 +848,47 @@ class _Frames:
         self.buf = bytearray()
         self.ended = False
 
+    def complete(self) -> bool:
+        """Whether the first frame is all here (OverflowError: it is longer than ``max_bytes``)."""
+        if len(self.buf) < _HEADER.size:
+            return False
+        (size,) = _HEADER.unpack_from(self.buf)
+        if size > self.max_bytes:
+            raise OverflowError(size)
+        return len(self.buf) >= _HEADER.size + size
+
     def whole(self) -> bytes | None:
         """The first frame, when all of it is here.
 
         Raises:
             OverflowError: it is longer than ``max_bytes``.
         """
-        if len(self.buf) < _HEADER.size:
+        if not self.complete():
             return None
         (size,) = _HEADER.unpack_from(self.buf)
-        if size > self.max_bytes:
-            raise OverflowError(size)
-        if len(self.buf) < _HEADER.size + size:
-            return None
         return bytes(self.buf[_HEADER.size : _HEADER.size + size])
+
+    def read_frame_now(self) -> None:
+        """Take what the socket holds now until the first frame is whole, without waiting: a reply that came
+        in one piece costs one ``recv`` (whether anything follows it is asked by the poll after it).
+
+        Each ``recv`` asks for what the frame still lacks once its length is known, else 64 KiB: a buffer
+        below malloc's threshold for ``mmap``, where one of 1 MiB would cost an ``mmap``, ``mremap`` and
+        ``munmap`` for every reply."""
+        while not self.ended and not self.complete():
+            want = _FIRST_RECV
+            if len(self.buf) >= _HEADER.size:
+                want = min(_HEADER.size + _HEADER.unpack_from(self.buf)[0] - len(self.buf), 1 << 20)
+            try:
+                chunk = self.sock.recv(want)
+            except BlockingIOError:
+                return
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self.ended = True
+                return
+            self.buf += chunk
 
     def read_now(self) -> None:
         """Take what the socket holds now, without waiting."""
@@ -917,7 +971,7 @@ async def exchange(
                 elif fd == worker.pidfd:
                     ended = True  # it ended: what it wrote before is in the socket already
                 else:
-                    frames.read_now()
+                    frames.read_frame_now()
             if ended:
                 frames.read_now()
                 result.reply = frames.whole()
@@ -931,13 +985,19 @@ async def exchange(
     # worker goes, whatever it started (a child holding the reply socket or the pipes) with it; a worker that
     # waits for another request stays, if it answered cleanly (whole, nothing after it).
     clean = result.reply is not None and len(frames.buf) == _HEADER.size + len(result.reply)
+    after: list[tuple[int, int]] = []
+    if worker.loops and clean and not ended:
+        # It flushed what it printed before its reply, so that is in the pipes by now and the epoll set says
+        # which (one poll, where two reads would each find out); and whether anything came after its reply
+        # on its socket (then it is not clean: not kept).
+        after = poller.poll(0)
+        io = worker.io.fileno()
+        clean = not any(fd == io for fd, _ in after)
     if not (worker.loops and clean and not ended):
         worker.loops = False
         worker.kill()
     if worker.loops:
-        # It flushed what it printed before its reply, so that is in the pipes by now and the epoll set says
-        # which (one poll, where two reads would each find out).
-        for fd, _ in poller.poll(0):
+        for fd, _ in after:
             into = streams.get(fd)
             if into is not None:
                 output.read_now(fd, into)
@@ -1015,6 +1075,10 @@ class SandboxProcess:
                 self._counted = True
                 with self.sandbox._lock:
                     worker.zygote.users += 1
+            if worker.uses:
+                # A kept worker reads its requests itself, and it is alive (its poll just said so): its fork
+                # server ran (its workers die with it), so nothing to ask of it (a ``waitpid`` a step).
+                return
             try:
                 await worker.ready(self.sandbox)
             except SandboxError:

@@ -1,9 +1,11 @@
 """The sandbox's fork server (the *zygote*): one process that has started Python and imported what a worker
 needs, never runs a worker's code itself, and forks a fresh, isolated worker per request.
 
-Run as ``python -I _zygote.py SOCKET_FD CONFIG_JSON`` by :mod:`mcpipe._sandbox`; it imports nothing of
-mcpipe (a *role*, the code a worker runs, is loaded by path from the config; what only some workers need
-they import once forked, as their spawn request's ``imports`` say). Linux only.
+Started by :mod:`mcpipe._sandbox` as ``python -I -c LAUNCH _zygote.py SOCKET_FD CONFIG_JSON`` (its
+``_LAUNCH``: this file loaded from its cached bytecode, not compiled at each start as a script would be, then
+:func:`main`); it imports nothing of mcpipe (a *role*, the code a worker runs, is loaded by path from the
+config; what only some workers need they import once forked, as their spawn request's ``imports`` say), and
+only the modules of :data:`IMAGE`. Linux only.
 
 At start it probes what this kernel lets it do (:func:`probe`) and says so in its first message:
 
@@ -38,22 +40,42 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gc
-import importlib.util
 import json
 import os
 import resource
 import select
-import shutil  # (tempfile imports it: nothing more in the fork server)
 import signal
 import socket
 import stat
 import struct
 import sys
-import tempfile
-from collections.abc import Mapping
-from typing import Any
+import types
+from importlib.machinery import SourceFileLoader
 
-from orjson import loads  # one of mcpipe's dependencies: the server's Python has it
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # (``typing`` is not in the fork server's image: see IMAGE)
+    from collections.abc import Mapping
+    from typing import Any
+
+IMAGE = frozenset(
+    {
+        # what this file and the python role (``kinds/_pyexec.py``) import, with what those import in turn
+        *("__future__", "contextlib", "ctypes", "ctypes._endian", "_ctypes", "gc", "resource", "select"),
+        *("signal", "socket", "_socket", "selectors", "array", "errno", "math", "stat", "struct", "_struct"),
+        *("types", "importlib", "importlib._bootstrap", "importlib._bootstrap_external", "importlib.machinery"),
+        *("warnings", "json", "json.decoder", "json.encoder", "json.scanner", "_json", "binascii", "marshal"),
+        *("datetime", "_datetime", "uuid", "_uuid", "platform", "builtins"),
+        *("re", "re._casefix", "re._compiler", "re._constants", "re._parser", "_sre", "copyreg", "enum"),
+        *("functools", "_functools", "collections", "collections.abc", "_collections", "itertools", "keyword"),
+        *("operator", "_operator", "reprlib", "_weakrefset", "weakref"),
+    }
+)
+"""The modules the fork server may hold once it has started, beyond those of the interpreter's own start
+(``python -I -c ''``): every worker's fork copies the page tables of all of them, and each worker's first
+writes copy their pages, so what only some steps need is imported where it is needed (a step's ``imports``,
+or by the role at first use), never here. ``tests/kinds/test_python_image.py`` starts a real fork server
+and compares. No ``orjson`` (its extension alone brings ``inspect``, ``dataclasses`` and 3 MB of
+anonymous memory), ``typing``, ``tempfile`` or ``shutil``."""
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -213,13 +235,25 @@ def reveal(plan: dict[str, list[str]]) -> None:
 # --- the probe -------------------------------------------------------------------------------------------
 
 
+TEMP_DIRS = ("/tmp", "/var/tmp", "/usr/tmp")
+"""Where workers' directories go, the first of them this process can write (``tempfile.gettempdir``'s list:
+the fork server's environment holds no ``TMPDIR``), else its working directory."""
+
+
+def temp_dir() -> str:
+    for path in TEMP_DIRS:
+        if os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK):
+            return path
+    return os.getcwd()
+
+
 class Config:
     """What the server said at start: ``uid_base``, ``roles`` (name -> file), ``want_uid``."""
 
     def __init__(self, raw: dict[str, Any]) -> None:
         self.uid_base = int(raw.get("uid_base", 0))
         self.roles: dict[str, str] = dict(raw.get("roles", {}))
-        self.tmp = str(raw.get("tmp") or tempfile.gettempdir())
+        self.tmp = str(raw.get("tmp") or temp_dir())
         self.slice_us = int(raw.get("slice_us") or 0)
 
 
@@ -402,12 +436,17 @@ def drop_to(uid: int) -> None:
 # --- a worker --------------------------------------------------------------------------------------------
 
 
-def _load_role(path: str) -> Any:
-    spec = importlib.util.spec_from_file_location(f"mcpipe_sandbox_role_{os.path.basename(path)[:-3]}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def load_file(name: str, path: str) -> types.ModuleType:
+    """The module of the Python file ``path``, named ``name`` (not put in ``sys.modules``), from its cached
+    bytecode when it is fresh (as an import would: ``__pycache__``), else compiled (and cached, where it may)."""
+    module = types.ModuleType(name)
+    module.__file__ = path
+    SourceFileLoader(name, path).exec_module(module)
     return module
+
+
+def _load_role(path: str) -> Any:
+    return load_file(f"mcpipe_sandbox_role_{os.path.basename(path)[:-3]}", path)
 
 
 _LIMITS = (
@@ -494,6 +533,7 @@ class Zygote:
         gc.collect()
         gc.freeze()  # what is here now is never traversed by a worker's collector (fewer pages copied)
         hello = {"hello": self.iso.as_dict(), "pid": os.getpid()}
+        hello["modules"] = sorted(sys.modules)  # (what the fork server's image holds: IMAGE)
         self.sock.sendall(json.dumps(hello).encode())
         while True:
             if _GONE:  # (the signal's wake-up byte ends the select below)
@@ -568,7 +608,7 @@ class Zygote:
         uid = cmd.get("uid") if self.iso.uid and cmd.get("separate_uid", True) else None
         pidns = self.use_pidns(cmd)
         proc = pidns and self.iso.proc
-        cwd = tempfile.mkdtemp(prefix="mcpipe-py-", dir=self.config.tmp)
+        cwd = make_dir(self.config.tmp)
         try:
             if uid is not None:
                 os.chown(cwd, uid, uid)
@@ -665,14 +705,53 @@ class Zygote:
                     os.kill(pid, signal.SIGKILL)
 
 
+DIR_PREFIX = "mcpipe-py-"
+
+
+def make_dir(parent: str) -> str:
+    """A new directory for a worker in ``parent``, of mode 0700, named ``mcpipe-py-`` and 12 random hex digits
+    (``os.urandom``: not guessable by another worker, so none can make it first or link it elsewhere; a name
+    that exists already, or a link of that name, is never taken: ``mkdir`` fails then, and another is drawn)."""
+    for _ in range(100):
+        path = os.path.join(parent, DIR_PREFIX + os.urandom(6).hex())
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(f"no free name for a worker's directory in {parent}")
+
+
 def remove_dir(path: str) -> None:
-    """Remove a worker's directory: one ``rmdir`` when the step left it empty (most do), else the tree."""
+    """Remove a worker's directory: one ``rmdir`` when the step left it empty (most do), else the tree,
+    bottom-up through descriptors (``os.fwalk``), never following a link: a link the step left is removed,
+    what it points to is not touched. What cannot be removed is left (a hostile step's tree too deep to
+    walk, say), never raised: the fork server goes on."""
     try:
         os.rmdir(path)
+        return
     except FileNotFoundError:
-        pass
+        return
+    except NotADirectoryError:  # the step put a link in its place (its owner may, in a sticky /tmp)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return
     except OSError:
-        shutil.rmtree(path, ignore_errors=True)
+        pass
+    with contextlib.suppress(OSError, RecursionError):
+        for _top, dirs, files, top_fd in os.fwalk(path, topdown=False, follow_symlinks=False):
+            for name in files:
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=top_fd)
+            for name in dirs:  # (a link to a directory is listed here, and not walked into)
+                try:
+                    os.rmdir(name, dir_fd=top_fd)
+                except NotADirectoryError:
+                    with contextlib.suppress(OSError):
+                        os.unlink(name, dir_fd=top_fd)
+                except OSError:
+                    pass
+        os.rmdir(path)
 
 
 def children_of(parent: int) -> list[int]:
@@ -698,7 +777,7 @@ class Header:
     __slots__ = ("header", "held", "limits")
 
     def __init__(self, raw: bytes) -> None:
-        self.header: dict[str, Any] = loads(raw)
+        self.header: dict[str, Any] = json.loads(raw)
         self.limits: dict[str, Any] = self.header.get("limits") or {}
         self.held = {k: v for k, v in self.limits.items() if k != "cpu_seconds"}
 
@@ -742,7 +821,7 @@ class Requests:
             if len(self.headers) >= self.MAX_HEADERS:
                 self.headers.clear()
             header = self.headers[raw] = Header(raw)
-        body = loads(frame[4 + header_len :]) if len(frame) > 4 + header_len else {}
+        body = json.loads(frame[4 + header_len :]) if len(frame) > 4 + header_len else {}
         return header, body
 
 
@@ -750,6 +829,29 @@ def _apply_env(body: object) -> None:
     env = body.pop("env", None) if isinstance(body, dict) else None
     if isinstance(env, dict):
         os.environ.update({str(k): str(v) for k, v in env.items()})
+
+
+class StepEnv:
+    """A worker's environment for each of its steps: when a step's code starts, ``os.environ`` holds its
+    ``env`` and nothing else. A reused worker's next step with the same ``env``, after a step that left
+    ``os.environ`` as it was set (most: a run's steps share one policy), finds it so already, and nothing is
+    unset and set again (one comparison, where emptying and filling it cost a call per variable each)."""
+
+    __slots__ = ("applied",)
+
+    def __init__(self) -> None:
+        self.applied: dict[str, str] | None = None
+        """The ``env`` the last step was given (None: none yet, ``os.environ`` emptied)."""
+
+    def apply(self, body: object) -> None:
+        """``os.environ`` as the request's ``env`` says (taken out of ``body``)."""
+        env = body.pop("env", None) if isinstance(body, dict) else None
+        wanted = {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
+        if wanted == self.applied and len(os.environ) == len(wanted) and dict(os.environ) == wanted:
+            return
+        os.environ.clear()
+        os.environ.update(wanted)
+        self.applied = wanted
 
 
 def _rehearse(role: Any) -> None:
@@ -808,7 +910,7 @@ def run_role(
     os.environ.clear()
     for name in imports:
         with contextlib.suppress(Exception):  # the step imports it again itself, and says why it cannot
-            importlib.import_module(name)
+            __import__(name)
     if not select.select([3], [], [], 0)[0]:  # a step waits for this worker already: no time to rehearse
         with contextlib.suppress(Exception):
             _rehearse(role)
@@ -817,6 +919,7 @@ def run_role(
     fixed: object = None
     requests = Requests(3)
     cpu = CpuLimit()
+    env = StepEnv()
     for use in range(uses):
         try:
             frame = requests.read()
@@ -831,7 +934,7 @@ def run_role(
         else:
             cpu.step(header.limits)
             os.chdir(cwd)
-        _apply_env(body)
+        env.apply(body)
         reply = role.handle(header.header, body)
         try:
             sys.stdout.flush()
@@ -845,8 +948,6 @@ def run_role(
             write_frame(3, reply)
         except OSError:
             break
-        if not last:
-            os.environ.clear()
     end_worker(uid, pidns)
 
 
@@ -990,19 +1091,21 @@ def _parent_gone(parent: int) -> None:
         _GONE.append(True)
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
+    """``argv``: the descriptor of the socket to the server, and the config (JSON)."""
     parent = os.getppid()
     signal.signal(PARENT_GONE, lambda *_: _parent_gone(parent))
     prctl(PR_SET_PDEATHSIG, PARENT_GONE)  # the server gone (even killed), this process goes, its workers too
     if os.getppid() != parent:
         os._exit(0)
-    sock = socket.socket(fileno=int(sys.argv[1]))
-    config = Config(json.loads(sys.argv[2]))
+    sock = socket.socket(fileno=int(argv[0]))
+    raw = json.loads(argv[1])
+    config = Config(raw)
     default_slice()  # (its workers ask for the short one again, once they wait for their request)
     with contextlib.suppress(OSError):
-        os.nice(int(json.loads(sys.argv[2]).get("nice", 0)))
+        os.nice(int(raw.get("nice", 0)))
     Zygote(sock, config).serve()
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

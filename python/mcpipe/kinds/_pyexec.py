@@ -20,28 +20,37 @@ or, when it sets none, NoETL's ``{"status": "success", "message": ..., "locals_c
 from __future__ import annotations
 import __future__
 
-import ast
-import base64
+import binascii
 import builtins
 import datetime
-import decimal
-import inspect
 import json
 import marshal
 import os
 import struct
-import traceback
+import sys
 import types
 import uuid
-from collections.abc import Mapping
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+# The fork server loads this file, so what it imports is in every worker's image (``_zygote.IMAGE``): the
+# modules a step's globals hold (``os``, ``json``, ``datetime``, ``uuid``) and what every step's path uses.
+# What only some steps need is imported at its first use, in the worker: ``inspect`` (a ``main`` that is not
+# a plain function), ``ast`` (a coerced input that is not JSON), ``traceback`` (a step that raised).
 
 ASYNC_IMPORTS = ("asyncio",)
 """What the worker of a step that may run a coroutine (:func:`needs_asyncio`) imports while it waits for its
 request. The fork server does not import it: ``asyncio`` (and ``threading``, with its after-fork hook, which
 it imports) would make every worker's fork, start and exit dearer, for the few steps that need it."""
 
-_ASYNC_FLAGS = inspect.CO_COROUTINE | inspect.CO_ITERABLE_COROUTINE | inspect.CO_ASYNC_GENERATOR
+_CO_VARARGS = 0x04
+_CO_VARKEYWORDS = 0x08
+_ASYNC_FLAGS = 0x080 | 0x100 | 0x200
+"""``inspect.CO_COROUTINE | CO_ITERABLE_COROUTINE | CO_ASYNC_GENERATOR`` (``inspect``'s values, the same
+since Python 3.6: a test compares them)."""
 
 FILENAME = "<python step>"
 _FLAGS = __future__.annotations.compiler_flag  # as the worker has always compiled a step's code
@@ -68,7 +77,7 @@ def needs_asyncio(program: types.CodeType) -> bool:
 def program_text(program: types.CodeType) -> str:
     """A step's compiled code as text for the request's header (``marshal``, base64: the fork server runs
     the server's own interpreter, so the worker reads it back as it is, without compiling it again)."""
-    return base64.b64encode(marshal.dumps(program)).decode("ascii")
+    return binascii.b2a_base64(marshal.dumps(program), newline=False).decode("ascii")
 
 
 class _Failure(Exception):
@@ -85,6 +94,8 @@ def _coerce(value: object) -> Any:
             try:
                 return json.loads(s)
             except ValueError:
+                import ast  # (at first use: most inputs are JSON)
+
                 try:
                     return ast.literal_eval(s)
                 except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
@@ -92,16 +103,14 @@ def _coerce(value: object) -> Any:
     return value
 
 
-_EMPTY = inspect.Parameter.empty
-_POSITIONAL_ONLY = inspect.Parameter.POSITIONAL_ONLY
-_VAR_POSITIONAL = inspect.Parameter.VAR_POSITIONAL
-_VAR_KEYWORD = inspect.Parameter.VAR_KEYWORD
-_NAMED = inspect.Parameter.POSITIONAL_OR_KEYWORD
+_POSITIONAL_ONLY, _NAMED, _VAR_POSITIONAL, _KEYWORD_ONLY, _VAR_KEYWORD = range(5)
+"""A parameter's kind, as the values of ``inspect.Parameter``'s kinds (an ``IntEnum``: a test compares)."""
 
 
-def _parameters(fn: Any) -> list[tuple[str, Any, bool]]:
+def _parameters(fn: Any) -> list[tuple[str, int, bool]]:
     """``fn``'s parameters as ``(name, kind, has_default)``: read from a plain function's code object
-    directly (what ``inspect.signature`` would say, at a fraction of its cost), else from the signature."""
+    directly (what ``inspect.signature`` would say, at a fraction of its cost, and without importing
+    ``inspect``), else from the signature."""
     if type(fn) is types.FunctionType and not hasattr(fn, "__wrapped__") and not hasattr(fn, "__signature__"):
         code = fn.__code__
         names = code.co_varnames
@@ -109,20 +118,23 @@ def _parameters(fn: Any) -> list[tuple[str, Any, bool]]:
         kwonly = code.co_kwonlyargcount
         defaults = len(fn.__defaults__ or ())
         kwdefaults = fn.__kwdefaults__ or {}
-        out: list[tuple[str, Any, bool]] = []
+        out: list[tuple[str, int, bool]] = []
         for i in range(positional):
             kind = _POSITIONAL_ONLY if i < code.co_posonlyargcount else _NAMED
             out.append((names[i], kind, i >= positional - defaults))
         at = positional + kwonly
-        if code.co_flags & inspect.CO_VARARGS:
+        if code.co_flags & _CO_VARARGS:
             out.append((names[at], _VAR_POSITIONAL, False))
             at += 1
         for name in names[positional : positional + kwonly]:
-            out.append((name, inspect.Parameter.KEYWORD_ONLY, name in kwdefaults))
-        if code.co_flags & inspect.CO_VARKEYWORDS:
+            out.append((name, _KEYWORD_ONLY, name in kwdefaults))
+        if code.co_flags & _CO_VARKEYWORDS:
             out.append((names[at], _VAR_KEYWORD, False))
         return out
-    return [(p.name, p.kind, p.default is not _EMPTY) for p in inspect.signature(fn).parameters.values()]
+    import inspect  # (at first use: a decorated or callable-object ``main``)
+
+    empty = inspect.Parameter.empty
+    return [(p.name, int(p.kind), p.default is not empty) for p in inspect.signature(fn).parameters.values()]
 
 
 def _kwargs(fn: object, provided: Mapping[str, object], context: object) -> dict[str, Any]:
@@ -166,12 +178,13 @@ def _jsonable(value: object) -> Any:
         return value.isoformat()
     if isinstance(value, datetime.timedelta):
         return value.total_seconds()
-    if isinstance(value, decimal.Decimal):
+    decimal = sys.modules.get("decimal")  # (a Decimal can only come from code that imported it)
+    if decimal is not None and isinstance(value, decimal.Decimal):
         return int(value) if value == value.to_integral_value() else float(value)
     if isinstance(value, (set, frozenset, tuple)):
         return list(value)
     if isinstance(value, (bytes, bytearray)):
-        return base64.b64encode(bytes(value)).decode("ascii")
+        return binascii.b2a_base64(bytes(value), newline=False).decode("ascii")
     if isinstance(value, uuid.UUID):
         return str(value)
     return str(value)
@@ -191,7 +204,7 @@ def _program(text: str) -> types.CodeType:
     if program is None:
         if len(_PROGRAMS) >= MAX_PROGRAMS:
             _PROGRAMS.clear()
-        program = _PROGRAMS[text] = marshal.loads(base64.b64decode(text))
+        program = _PROGRAMS[text] = marshal.loads(binascii.a2b_base64(text))
     return program
 
 
@@ -231,7 +244,7 @@ def _run(request: dict[str, Any]) -> Any:
     if bound("main") and callable(namespace["main"]):
         main = namespace["main"]
         value = main(**_kwargs(main, provided, context))
-        if inspect.iscoroutine(value):
+        if isinstance(value, types.CoroutineType):  # (``inspect.iscoroutine``)
             import asyncio  # imported while the worker waited (ASYNC_IMPORTS), unless the step was not seen to need it
 
             value = asyncio.run(value)
@@ -249,14 +262,19 @@ def _run(request: dict[str, Any]) -> Any:
 
 def _error_line(tb: Any) -> int | None:
     line = None
-    for frame, lineno in traceback.walk_tb(tb):
-        if frame.f_code.co_filename == FILENAME:
-            line = lineno
+    while tb is not None:  # (``traceback.walk_tb``)
+        if tb.tb_frame.f_code.co_filename == FILENAME:
+            line = tb.tb_lineno
+        tb = tb.tb_next
     return line
 
 
 def _user_traceback(e: BaseException) -> str:
     """The traceback from the step's code down (the worker's own frames left out)."""
+    try:
+        import traceback  # (at first use: a step that raised)
+    except Exception:  # (no memory left to import it under the step's limit, say): the error says enough
+        return ""
     tb = e.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename != FILENAME:
         tb = tb.tb_next

@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
 import trio
 
 from mcpipe import _runscope
+from mcpipe._json import loads
 from mcpipe._sandbox import SANDBOX, Output, SandboxError, SandboxSpawner, Shape, request_frame
 from mcpipe._workerpool import WorkerDied, WorkerPool, WorkerTimeout
 
@@ -130,8 +130,8 @@ async def run_code(
             reuse_key=reuse_key,
         )
         try:
-            outcome.reply = orjson.loads(reply)
-        except orjson.JSONDecodeError:
+            outcome.reply = loads(reply)  # (an integer past 64 bits exactly)
+        except (ValueError, RecursionError):  # (not JSON, or nested past Python's parser: a worker wrote it)
             outcome.reply = None
     except WorkerTimeout:
         outcome.timed_out = True
