@@ -879,30 +879,27 @@ class _Frames:
             want = _FIRST_RECV
             if len(self.buf) >= _HEADER.size:
                 want = min(_HEADER.size + _HEADER.unpack_from(self.buf)[0] - len(self.buf), 1 << 20)
-            try:
-                chunk = self.sock.recv(want)
-            except BlockingIOError:
+            if not self._take(want):
                 return
-            except OSError:
-                chunk = b""
-            if not chunk:
-                self.ended = True
-                return
-            self.buf += chunk
 
     def read_now(self) -> None:
         """Take what the socket holds now, without waiting."""
-        while not self.ended:
-            try:
-                chunk = self.sock.recv(1 << 20)
-            except BlockingIOError:
-                return
-            except OSError:
-                chunk = b""
-            if not chunk:
-                self.ended = True
-                return
-            self.buf += chunk
+        while not self.ended and self._take(1 << 20):
+            pass
+
+    def _take(self, want: int) -> bool:
+        """One ``recv`` of at most ``want`` bytes; False when the socket holds nothing now, or has ended."""
+        try:
+            chunk = self.sock.recv(want)
+        except BlockingIOError:
+            return False
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.ended = True
+            return False
+        self.buf += chunk
+        return True
 
     async def receive(self) -> bytes | None:
         """The first frame; None at the socket's end before a whole one (OverflowError: too long)."""
