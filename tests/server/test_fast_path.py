@@ -164,6 +164,17 @@ async def test_a_long_answer_on_the_lean_path_becomes_an_sse_stream_with_keep_al
     assert _result(r)["result"]["content"] == [{"type": "text", "text": "done"}] and served == [True]
 
 
+async def test_a_call_outlasting_the_watchers_delay_but_not_the_ping_interval_is_answered_as_plain_json(served):
+    # Past WATCH_AFTER_S the watcher reads the socket; the call's end stops it, and the answer is the JSON one.
+    body = orjson.dumps(call("slow", {"seconds": fast_module.WATCH_AFTER_S * 3}))
+    async with running() as app, http_server(app) as url, httpx2.AsyncClient() as http:
+        r = await http.post(url, content=body, headers=headers("slow"))
+        again = await http.post(url, content=body, headers=headers("slow"))  # the connection still serves
+    assert r.headers["content-type"].startswith("application/json") and ": ping" not in r.text
+    assert _result(r)["result"]["content"] == [{"type": "text", "text": "done"}] and served == [True, True]
+    assert again.status_code == 200 and _result(again) == _result(r)
+
+
 SYNC_STEPS = {
     "name": "echo_twice",
     "steps": [
