@@ -11,7 +11,7 @@ deadline never holds the event loop. A pattern past its deadline is a validation
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -50,19 +50,19 @@ class Checked:
 
     __slots__ = ("checker", "fast")
 
-    def __init__(self, checker: Any, fast: Callable[[Any], bool]) -> None:
+    def __init__(self, checker: Validator, fast: Callable[[Any], bool]) -> None:
         self.checker = checker
         self.fast = fast
 
-    def iter_errors(self, instance: Any) -> Iterator[ValidationError]:
+    def iter_errors(self, instance: Any) -> Iterable[ValidationError]:
         """The instance's errors: none at once when the compiled check accepts it."""
         if self.fast(instance):
-            return iter(())
-        return self.checker.iter_errors(instance)  # type: ignore[no-any-return]
+            return ()
+        return self.checker.iter_errors(instance)
 
     def is_valid(self, instance: Any) -> bool:
         """Whether the instance has no errors."""
-        return self.fast(instance) or bool(self.checker.is_valid(instance))
+        return self.fast(instance) or self.checker.is_valid(instance)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.checker, name)

@@ -825,12 +825,6 @@ class Requests:
         return header, body
 
 
-def _apply_env(body: object) -> None:
-    env = body.pop("env", None) if isinstance(body, dict) else None
-    if isinstance(env, dict):
-        os.environ.update({str(k): str(v) for k, v in env.items()})
-
-
 class StepEnv:
     """A worker's environment for each of its steps: when a step's code starts, ``os.environ`` holds its
     ``env`` and nothing else. A reused worker's next step with the same ``env``, after a step that left
@@ -870,7 +864,7 @@ def _rehearse(role: Any) -> None:
         write_frame(w, sample)
         requests = Requests(r)
         header, body = requests.decode(requests.read())
-        _apply_env(body)
+        StepEnv().apply(body)  # as a step's is set (run_role's own starts from the emptied environment)
         os.environ.clear()
         set_limits({}, processes=False)
         reply = role.handle(header.header, body)
