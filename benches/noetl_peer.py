@@ -60,7 +60,7 @@ sys.path[:0] = [str(HERE), str(ROOT / "tests"), str(ROOT / "scripts")]
 from noetl_oracle import _python312  # noqa: E402
 
 from formats.noetl.normalize import comparable, stable, subset_diff  # noqa: E402
-from server_load import blast, proc_stat, process_tree, tools_call, trees_cpu_seconds  # noqa: E402
+from server_load import as_served, blast, proc_stat, process_tree, tools_call, trees_cpu_seconds  # noqa: E402
 
 GOLDEN = ROOT / "tests" / "formats" / "noetl" / "golden" / "4.26.0"
 VERSION = "4.26.0"
@@ -236,6 +236,7 @@ async def _serve(config_path: str) -> None:
     path = trio.Path(config_path)
     config = parse_config(await path.read_text(), "json", base_dir=str(path.parent))
     async with open_app(config) as app, trio.open_nursery() as nursery:
+        as_served()
         url = await nursery.start(partial(serve_http, app, host="127.0.0.1", port=0))
         print(url, flush=True)
 

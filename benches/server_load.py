@@ -426,6 +426,16 @@ async def _serve_sdk() -> None:
         print(binds[0] + "/mcp", flush=True)
 
 
+def as_served() -> None:
+    """What ``mcpipe serve`` does once its app is open (:func:`mcpipe.server._heap.settle`: the collector
+    settled); nothing on a tree before it (an A/B's base)."""
+    try:
+        from mcpipe.server._heap import settle
+    except ImportError:
+        return
+    settle()
+
+
 async def _serve_mcpipe(audit_path: str, variant: str = "") -> None:
     """mcpipe serving the benchmark's tools. ``variant``: ``sdk-path`` (every request through the SDK, no
     lean paths), ``bare`` (no metrics, no traces), ``traced`` (metrics, and tracing live through the
@@ -452,6 +462,7 @@ async def _serve_mcpipe(audit_path: str, variant: str = "") -> None:
         doc["console"] = {"enabled": True}
     config = parse_config(orjson.dumps(doc), "json")
     async with open_app(config) as app, trio.open_nursery() as nursery:
+        as_served()
         known = telemetry.current().known  # type: ignore[union-attr]
         if variant == "traced":
             from opentelemetry import trace
@@ -479,6 +490,7 @@ async def _serve_proxy(down_url: str, audit_path: str) -> None:
     }
     config = parse_config(orjson.dumps(doc), "json")
     async with open_app(config) as app, trio.open_nursery() as nursery:
+        as_served()
         url = await nursery.start(partial(serve_http, app, host="127.0.0.1", port=0))
         print(url, flush=True)
 

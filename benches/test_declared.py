@@ -75,6 +75,7 @@ async def _serve() -> None:
     from mcpipe.config import Config, parse_config
     from mcpipe.declared import KnownTools, load_declared
     from mcpipe.server import open_app, serve_http
+    from server_load import as_served
 
     doc: dict[str, Any] = {"python_tools": ["test_declared:bench_tools"], "builtins": False}
     doc["audit"] = {"enabled": False}
@@ -87,6 +88,7 @@ async def _serve() -> None:
         extra.append(declared)
     config = parse_config(json.dumps(doc), "json")
     async with open_app(config, extra_sources=extra) as app, trio.open_nursery() as nursery:
+        as_served()
         for source in extra:
             source.bind(app.gateway)
         url = await nursery.start(partial(serve_http, app, host="127.0.0.1", port=0))

@@ -41,7 +41,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 from proxy_peer import load_once, loadavg, loadgen, process, url_of  # noqa: E402
-from server_load import cpu_seconds, tools_call  # noqa: E402
+from server_load import as_served, cpu_seconds, tools_call  # noqa: E402
 
 STEPS = 5
 TEXT = "floor"
@@ -82,6 +82,7 @@ async def _serve(audit_path: str) -> None:
     }
     config = parse_config(orjson.dumps(doc), "json")
     async with open_app(config) as app, trio.open_nursery() as nursery:
+        as_served()
         url = await nursery.start(partial(serve_http, app, host="127.0.0.1", port=0))
         print(url, flush=True)
 

@@ -28,6 +28,7 @@ import trio
 
 from mcpipe.config import Config, ConfigError, Loaded, load
 from mcpipe.server._app import App, open_app
+from mcpipe.server._heap import thaw
 
 __all__ = ["Reloader"]
 
@@ -151,6 +152,7 @@ class Reloader:
         before = _restart_only(old.config)
         kept = [k for k, value in _restart_only(config).items() if value != before[k]]
         self._swap(old, app)
+        thaw()  # the config of the start was frozen with the process (`mcpipe serve`): it may go now
         self.app, self._close, self.config = app, close, config
         self._digest, self._refused = digest, None
         self.reloads += 1

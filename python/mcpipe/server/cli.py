@@ -349,6 +349,7 @@ async def _serve(
     activated_fd: int | None = None,
 ) -> None:
     from mcpipe.server._app import open_app
+    from mcpipe.server._heap import settle
     from mcpipe.server._http import serve_http, signalled
     from mcpipe.server._reload import Reloader
 
@@ -357,6 +358,7 @@ async def _serve(
         if loaded.config.reload.watch:
             _log.warning("reload.watch: a config is reloaded when served over HTTP from a file, not here")
         async with open_app(loaded, execute=execute) as app:
+            settle()
             if stdio:
                 from mcpipe.server._stdio import serve_stdio  # the SDK's stdio transport, for --stdio only
 
@@ -376,6 +378,7 @@ async def _serve(
     reloader = Reloader(path, loaded, execute=execute)
     async with trio.open_nursery() as nursery:
         app = await nursery.start(reloader.run)
+        settle()
         await serve_http(
             app,
             host=host,
@@ -637,10 +640,12 @@ def worker_main(ns: argparse.Namespace) -> int:
 
 async def _work(loaded: Loaded, worker_id: str | None) -> None:
     from mcpipe.server._app import open_app, run_worker
+    from mcpipe.server._heap import settle
     from mcpipe.server._http import signalled
 
     log = logging.getLogger("mcpipe.runs")
     async with open_app(loaded, execute=False) as app, trio.open_nursery() as nursery:
+        settle()
         worker = run_worker(loaded.config, app.runs.queue, app.gateway, worker_id)
         await nursery.start(worker.run)
         log.info("worker %s: executing queued runs", worker.id)
