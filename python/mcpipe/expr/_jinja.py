@@ -597,6 +597,62 @@ def _bounded_source(env: jinja2.Environment, source: str) -> bool:
     return len(exprs) == 1 and _bounded(exprs[0])
 
 
+_SPECIAL = frozenset({"self", "loop", "caller", "varargs", "kwargs", "super"})
+"""Names a template's code resolves itself (``self`` is the template's reference), not from its roots."""
+_MISS = object()
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    """A step of a :func:`_path` that reads an item (``[0]``, ``['id']``); a plain ``str`` reads an attribute."""
+
+    key: str | int
+
+
+_Path = tuple[str, tuple["str | _Item", ...]]
+
+
+def _path(env: jinja2.Environment, source: str) -> _Path | None:
+    """``(name, steps)`` when ``source`` (one whole ``{{ expression }}``) only reads a root
+    and attributes or items of it by constant keys (``{{ workload.numbers }}``, ``{{ rows[0]['id'] }}``);
+    else None."""
+    body = env.parse(source).body
+    if len(body) != 1 or not isinstance(body[0], nodes.Output):
+        return None
+    exprs = [n for n in body[0].nodes if not (isinstance(n, nodes.TemplateData) and not n.data.strip())]
+    if len(exprs) != 1:
+        return None
+    node: nodes.Node = exprs[0]
+    steps: list[str | _Item] = []
+    while True:
+        match node:
+            case nodes.Getattr():
+                steps.append(node.attr)
+                node = node.node
+            case nodes.Getitem(arg=nodes.Const(value=str() | int() as key)) if not isinstance(key, bool):
+                steps.append(_Item(key))
+                node = node.node
+            case nodes.Name(ctx="load") if node.name not in _SPECIAL:
+                return node.name, tuple(reversed(steps))
+            case _:
+                return None
+
+
+def _read(env: jinja2.Environment, path: _Path, roots: Mapping[str, object]) -> Any:
+    """What the expression of :func:`_path` reads, by the calls its compiled code makes (the sandbox's
+    ``getattr`` and ``getitem``), without a template context; :data:`_MISS` when its root is not one of
+    ``roots`` (a global) or something on the way is undefined: the template then says why, as before."""
+    name, steps = path
+    if name not in roots:
+        return _MISS
+    out: Any = roots[name]
+    for step in steps:
+        out = env.getattr(out, step) if isinstance(step, str) else env.getitem(out, step.key)
+        if isinstance(out, jinja2.Undefined):
+            return _MISS
+    return out
+
+
 def compile_value(value: object, location: str, problems: list[tuple[str, str]]) -> Compiled:
     """Compile a YAML value whose strings may be templates; syntax errors go to ``problems`` as
     ``(location, message)``."""
@@ -608,9 +664,12 @@ def compile_value(value: object, location: str, problems: list[tuple[str, str]])
             m = _WHOLE.match(value)
             if m is not None and "}}" not in m.group("expr") and "{{" not in m.group("expr"):
                 expr = env.compile_expression(m.group("expr"), undefined_to_none=False)
+                path = _path(env, value)
 
                 def whole(roots: Mapping[str, object]) -> Any:
-                    out = expr(**roots)
+                    out = _read(env, path, roots) if path is not None else _MISS
+                    if out is _MISS:
+                        out = expr(**roots)
                     if isinstance(out, jinja2.Undefined):
                         out._fail_with_undefined_error()
                     # The value goes on as it is (JSON in a request, a message's text): it must fit as text.
