@@ -87,9 +87,12 @@ def loadavg() -> float:
 def process(
     argv: list[str], what: str, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=cwd
-    )
+    try:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=cwd
+        )
+    except OSError as e:  # (a --base interpreter that is not there)
+        raise SystemExit(f"{Path(sys.argv[0]).name}: cannot start the {what} ({argv[0]}): {e.strerror}") from None
     try:
         yield proc
     finally:

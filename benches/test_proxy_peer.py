@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy_peer import mcpg_process
+from proxy_peer import mcpg_process, process
 
 STAND_IN = f"""#!{sys.executable}
 import os, re, socket, time
@@ -45,3 +45,11 @@ def test_mcpg_writes_its_audit_log_in_the_runs_temporary_folder_not_where_the_be
         assert Path(f"/proc/{proc.pid}/cwd").resolve() == (run / "mcpg").resolve()
     assert (run / "mcpg" / "mcpg-audit.log").read_text() == "{}\n"
     assert os.listdir(checkout) == []
+
+
+def test_a_server_that_cannot_start_is_answered_in_one_line_naming_it(tmp_path: Path) -> None:
+    missing = str(tmp_path / "no-such-python")
+    with pytest.raises(SystemExit) as info, process([missing, "serve"], "base"):
+        pass
+    message = str(info.value)
+    assert "cannot start the base" in message and missing in message and "\n" not in message
