@@ -588,13 +588,13 @@ def _bounded(node: nodes.Node) -> bool:
     return False
 
 
-def _bounded_source(env: jinja2.Environment, source: str) -> bool:
-    """Whether ``source`` (one whole ``{{ expression }}``) is :func:`_bounded`."""
+def _sole_expression(env: jinja2.Environment, source: str) -> nodes.Node | None:
+    """The expression of ``source`` when it is one whole ``{{ expression }}`` (blanks around it aside)."""
     body = env.parse(source).body
     if len(body) != 1 or not isinstance(body[0], nodes.Output):
-        return False
+        return None
     exprs = [n for n in body[0].nodes if not (isinstance(n, nodes.TemplateData) and not n.data.strip())]
-    return len(exprs) == 1 and _bounded(exprs[0])
+    return exprs[0] if len(exprs) == 1 else None
 
 
 _SPECIAL = frozenset({"self", "loop", "caller", "varargs", "kwargs", "super"})
@@ -612,17 +612,9 @@ class _Item:
 _Path = tuple[str, tuple["str | _Item", ...]]
 
 
-def _path(env: jinja2.Environment, source: str) -> _Path | None:
-    """``(name, steps)`` when ``source`` (one whole ``{{ expression }}``) only reads a root
-    and attributes or items of it by constant keys (``{{ workload.numbers }}``, ``{{ rows[0]['id'] }}``);
-    else None."""
-    body = env.parse(source).body
-    if len(body) != 1 or not isinstance(body[0], nodes.Output):
-        return None
-    exprs = [n for n in body[0].nodes if not (isinstance(n, nodes.TemplateData) and not n.data.strip())]
-    if len(exprs) != 1:
-        return None
-    node: nodes.Node = exprs[0]
+def _path(node: nodes.Node) -> _Path | None:
+    """``(name, steps)`` when the expression ``node`` only reads a root and attributes or items of it by
+    constant keys (``{{ workload.numbers }}``, ``{{ rows[0]['id'] }}``); else None."""
     steps: list[str | _Item] = []
     while True:
         match node:
@@ -664,7 +656,8 @@ def compile_value(value: object, location: str, problems: list[tuple[str, str]])
             m = _WHOLE.match(value)
             if m is not None and "}}" not in m.group("expr") and "{{" not in m.group("expr"):
                 expr = env.compile_expression(m.group("expr"), undefined_to_none=False)
-                path = _path(env, value)
+                sole = _sole_expression(env, value)
+                path = _path(sole) if sole is not None else None
 
                 def whole(roots: Mapping[str, object]) -> Any:
                     out = _read(env, path, roots) if path is not None else _MISS
@@ -676,7 +669,7 @@ def compile_value(value: object, location: str, problems: list[tuple[str, str]])
                     _fits_text(out, "the value")
                     return out
 
-                return Compiled(whole, (value,), _bounded_source(env, value))
+                return Compiled(whole, (value,), sole is not None and _bounded(sole))
             template = env.from_string(value)
         except jinja2.TemplateSyntaxError as e:
             problems.append((location, f"template syntax error: {e.message} (line {e.lineno})"))
