@@ -10,13 +10,15 @@ read from ``/proc/<pid>/stat`` (utime + stime) before and after the load.
 
 from __future__ import annotations
 
+import math
 import os
 import select
 import socket
+import statistics
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -150,6 +152,14 @@ class Load:
     @property
     def cpu_ms_per_call(self) -> float:
         return self.cpu_seconds * 1000 / self.calls
+
+
+def median_cpu_ratio(loads: Sequence[Load], base: Sequence[Load]) -> float:
+    """The median over rounds of each round's CPU per call against ``base``'s in the same round. A round whose
+    base counted no CPU at all (a smoke round of a few calls, under one 10 ms tick of ``/proc``) has no ratio
+    and is left out; NaN when no round has one."""
+    ratios = [a.cpu_ms_per_call / b.cpu_ms_per_call for a, b in zip(loads, base, strict=True) if b.cpu_seconds > 0]
+    return statistics.median(ratios) if ratios else math.nan
 
 
 def proc_stat(pid: int) -> list[str] | None:

@@ -13,7 +13,6 @@ Under the default ``--benchmark-disable`` the test runs once, on a few hundred c
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 from contextlib import AbstractAsyncContextManager
 from functools import partial
@@ -131,11 +130,11 @@ def test_a_declared_pipeline_of_5_value_and_transform_steps_vs_the_same_work_in_
     cpu = {name: min(load.cpu_ms_per_call for load in loads) for name, loads in result.items()}
     rate = {name: max(load.calls_per_s for load in loads) for name, loads in result.items()}
 
-    def median_ratio(other: str) -> float:
-        pairs = zip(result["totals_declared"], result[other], strict=True)
-        return statistics.median(d.cpu_ms_per_call / o.cpu_ms_per_call for d, o in pairs)
+    from server_load import median_cpu_ratio
 
-    ratio, ratio_async = median_ratio("totals_python"), median_ratio("totals_python_async")
+    declared = result["totals_declared"]
+    ratio = median_cpu_ratio(declared, result["totals_python"])
+    ratio_async = median_cpu_ratio(declared, result["totals_python_async"])
     print()
     for name in result:
         print(f"{name:20s} server CPU {cpu[name]:.3f} ms/call, {rate[name]:.0f} calls/s (1 client)")

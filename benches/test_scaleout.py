@@ -13,6 +13,7 @@ Under the default ``--benchmark-disable`` each test runs once, on a few hundred 
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -27,7 +28,17 @@ import httpx2
 import orjson
 import trio
 
-from server_load import HERE, Blast, Load, run_blast, run_load, server_process, tools_call, tree_cpu_seconds
+from server_load import (
+    HERE,
+    Blast,
+    Load,
+    median_cpu_ratio,
+    run_blast,
+    run_load,
+    server_process,
+    tools_call,
+    tree_cpu_seconds,
+)
 from test_server import _calls, _chain, _table
 
 PIPE = tools_call("mcp_pipe", _chain(5))
@@ -44,8 +55,12 @@ def _best(loads: list[Load]) -> Load:
     return min(loads, key=lambda load: load.cpu_ms_per_call)
 
 
-def _median_ratio(loads: list[Load], base: list[Load]) -> float:
-    return statistics.median(a.cpu_ms_per_call / b.cpu_ms_per_call for a, b in zip(loads, base, strict=True))
+def test_a_round_whose_base_counted_no_cpu_is_left_out_of_the_median_ratio():
+    # A smoke round of a few calls can finish inside one 10 ms tick of /proc: its base's CPU reads 0.
+    loads = [Load(100, 1.0, 0.02), Load(100, 1.0, 0.03), Load(100, 1.0, 0.01)]
+    base = [Load(100, 1.0, 0.0), Load(100, 1.0, 0.01), Load(100, 1.0, 0.02)]
+    assert math.isclose(median_cpu_ratio(loads, base), statistics.median([3.0, 0.5]))
+    assert math.isnan(median_cpu_ratio(loads[:1], base[:1]))
 
 
 @asynccontextmanager
@@ -208,7 +223,7 @@ async def _legacy(calls: int) -> dict[str, list[Load]]:
 
 def _compare(result: dict[str, list[Load]], base: str, title: str, benchmark: object) -> dict[str, float]:
     """Print the best round of each variant and the median ratio of its CPU per call to ``base``'s."""
-    ratios = {label: _median_ratio(loads, result[base]) for label, loads in result.items()}
+    ratios = {label: median_cpu_ratio(loads, result[base]) for label, loads in result.items()}
     rows = [(title, "calls/s (best round)", "server CPU ms/call (best round)", f"CPU vs {base} (median of rounds)")]
     for label, loads in result.items():
         best = _best(loads)
