@@ -44,6 +44,28 @@ print(mcpipe.__version__)
 """
 
 
+PLAYBOOK = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata:
+  name: wheel_check
+  path: checks/wheel
+workflow:
+  - step: start
+    tool:
+      kind: python
+      code: |
+        def main():
+            return {"doubled": 21 * 2}
+    next:
+      - step: end
+  - step: end
+    tool:
+      kind: noop
+"""
+"""A python step: it runs in a worker of the sandbox's fork server, which loads the installed core by path."""
+
+
 def _result(answer: str) -> object:
     """The pipeline's result in ``mcpipe run``'s answer (None when it is not one)."""
     try:
@@ -92,6 +114,24 @@ def main(dist: str) -> int:
         if cli != f"mcpipe {version}" or run.returncode != 0 or _result(run.stdout) != "a+b":
             print(
                 f"check_wheel: the installed wheel misbehaves: {cli!r}, {run.stdout!r} {run.stderr!r}", file=sys.stderr
+            )
+            return 1
+        Path(tmp, "playbook.yaml").write_text(PLAYBOOK)
+        played = subprocess.run(
+            [str(bin_dir / "mcpipe"), "playbook", "run", "playbook.yaml"],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=tmp,
+        )
+        try:
+            doubled = json.loads(played.stdout)["steps"]["start"]["output"]["doubled"]
+        except (ValueError, KeyError, TypeError):
+            doubled = None
+        if played.returncode != 0 or doubled != 42:
+            print(
+                f"check_wheel: the installed wheel's python step misbehaves: {played.stdout!r} {played.stderr!r}",
+                file=sys.stderr,
             )
             return 1
         Path(tmp, "spec.json").write_text(spec)

@@ -7,7 +7,20 @@ described for users in ``docs/references.md``.
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, final
 
-__all__ = ["ArrayCap", "Regex", "Template", "__version__", "http1_head", "json_measure"]
+__all__ = [
+    "ArrayCap",
+    "Regex",
+    "Template",
+    "__version__",
+    "http1_head",
+    "json_measure",
+    "sys_drop_capabilities",
+    "sys_mount",
+    "sys_prctl",
+    "sys_sched_runtime",
+    "sys_setns",
+    "sys_unshare",
+]
 
 __version__: str
 
@@ -180,3 +193,25 @@ def http1_head(
     its empty line, the body's length, and bit 1 for a connection to close after the answer (HTTP/1.0 or
     ``Connection: close``), bit 2 for ``Expect: 100-continue``.
     """
+
+# The sandbox's system calls (Linux; ``mcpipe._sandbox._zygote``, which loads this module by path in the fork
+# server). Each raises ``OSError(errno, "what: strerror")``.
+
+def sys_prctl(option: int, value: int) -> None:
+    """``prctl(option, value, 0, 0, 0)``."""
+
+def sys_unshare(flags: int) -> None:
+    """``unshare(flags)``."""
+
+def sys_setns(fd: int, kind: int) -> None:
+    """``setns(fd, kind)``."""
+
+def sys_mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    """``mount(source, target, fstype, flags, data)``."""
+
+def sys_drop_capabilities() -> None:
+    """No capability left, effective, permitted or inheritable (``capset``)."""
+
+def sys_sched_runtime(runtime_ns: int) -> bool:
+    """This thread's time slice (``sched_setattr``'s ``sched_runtime``, Linux 6.12+) at its nice value:
+    true when the kernel took it."""

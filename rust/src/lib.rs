@@ -24,6 +24,8 @@ mod measure;
 mod plan;
 #[cfg(feature = "python")]
 mod resolve;
+#[cfg(all(feature = "python", target_os = "linux"))]
+mod sandbox;
 
 #[cfg(feature = "python")]
 use pyo3::prelude::*;
@@ -37,6 +39,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<binding::ArrayCap>()?;
     m.add_function(wrap_pyfunction!(binding::json_measure, m)?)?;
     m.add_function(wrap_pyfunction!(binding::http1_head, m)?)?;
+    #[cfg(target_os = "linux")]
+    sandbox::register(m)?;
     dict::enable(m.py())?;
     Ok(())
 }

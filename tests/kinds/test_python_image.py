@@ -1,5 +1,5 @@
 """The fork server's image: a real fork server holds no module beyond ``_zygote.IMAGE`` (and the interpreter's
-own start-up), and what left it (orjson, ``tempfile``/``shutil``, the role's ``inspect``, ``ast``,
+own start-up), and what left it (orjson, ``tempfile``/``shutil``, ``ctypes``, the role's ``inspect``, ``ast``,
 ``traceback``, ``decimal``, ``base64``) changed nothing a step sees: integers past 64 bits, a worker's
 directory and what a step leaves in it, a ``main`` read by ``inspect``, a failing step's traceback."""
 
@@ -51,8 +51,9 @@ async def test_a_started_fork_server_holds_only_the_modules_of_its_image():
     assert z.modules, "the fork server says what it holds in its first message"
     extra = set(z.modules) - _started_with()
     assert extra - _zygote.IMAGE == set()
-    assert {"json", "ctypes", "socket", "datetime", "uuid"} <= extra  # (the test sees the fork server's imports)
+    assert {"json", "socket", "datetime", "uuid", "mcpipe._core"} <= extra  # (the test sees the fork server's imports)
     left_out = {"orjson", "typing", "tempfile", "shutil", "inspect", "ast", "traceback", "decimal", "base64"}
+    left_out |= {"ctypes", "mcpipe"}  # (its system calls are the Rust core's, loaded by path, not ctypes')
     assert left_out & extra == set()
 
 

@@ -247,3 +247,75 @@ async def test_another_server_on_the_host_runs_its_workers_under_other_uids():
     )
     assert theirs.returncode == 0, theirs.stderr[-2000:]
     assert ours.ok and int(theirs.stdout) != ours.output
+
+
+WARMTH_ROLE = """\
+import json, os
+
+WARMED = []
+
+
+def warm():  # the walk ahead of a request (``_zygote._rehearse``, for a role without a SAMPLE)
+    WARMED.append(True)
+    os.close(os.open(os.path.join(MARKS, str(os.getpid())), os.O_CREAT | os.O_WRONLY, 0o600))
+
+
+def handle(header, body):
+    return json.dumps({"warmed": bool(WARMED)}).encode()
+"""
+
+
+async def test_a_worker_forked_while_the_cores_are_busy_with_steps_skips_the_walk_ahead_of_its_request(tmp_path):
+    from mcpipe._sandbox import WARM_BELOW, Output, Sandbox, Shape, exchange, request_frame
+
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    role = tmp_path / "warmth_role.py"
+    role.write_text(f"MARKS = {str(marks)!r}\n" + WARMTH_ROLE)
+    sandbox = Sandbox()  # of its own: the role is not registered with the server's
+    sandbox.register_role("warmth", str(role))
+    shape = Shape("warmth", separate_uid=False, namespaces=False)
+
+    async def warmed(worker) -> bool:
+        got = await exchange(worker, request_frame(b"{}", b"{}"), Output(1000), 1000)
+        assert got.reply is not None
+        return json.loads(got.reply)["warmed"]
+
+    try:
+        with trio.fail_after(30):
+            idle = await sandbox.take(shape)  # forked with no other worker in use
+            for _ in range(3000):  # until it has walked (a file it makes then)
+                if (marks / str(idle.pid)).exists():
+                    break
+                await trio.sleep(0.01)
+            assert await warmed(idle)
+            sandbox.release(idle)
+
+            held = [await sandbox.take(shape) for _ in range(WARM_BELOW)]  # as many steps as cores
+            busy = await sandbox.take(shape)
+            await trio.sleep(0.5)  # far longer than a walk takes: had it walked, it would have by now
+            assert not await warmed(busy)
+            assert not (marks / str(busy.pid)).exists()
+            for worker in [*held, busy]:
+                sandbox.release(worker)
+    finally:
+        sandbox.stop()
+
+
+def test_the_sandboxs_system_calls_say_which_call_failed_and_why():
+    import errno
+
+    from mcpipe import _core
+
+    cases = [
+        (lambda: _core.sys_prctl(99_999, 0), errno.EINVAL, "prctl(99999): Invalid argument"),
+        (lambda: _core.sys_setns(-1, 0), errno.EBADF, "setns: Bad file descriptor"),
+        (lambda: _core.sys_unshare(-1), errno.EINVAL, "unshare: Invalid argument"),
+        (lambda: _core.sys_mount(None, "/no/such/dir", None, 0), errno.ENOENT, "mount /no/such/dir: No such file"),
+    ]
+    for call, code, said in cases:
+        with pytest.raises(OSError) as e:
+            call()
+        assert e.value.errno == code and str(e.value.strerror).startswith(said), e.value
+    with pytest.raises(ValueError, match="NUL"):
+        _core.sys_mount(None, "/tmp\0x", None, 0)

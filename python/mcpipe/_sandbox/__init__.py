@@ -135,6 +135,13 @@ short slice wakes a worker blocked on its request, and the server on the reply, 
 core: a step's two hand-offs do not each wait out another process's slice. It gives no more CPU, only
 sooner."""
 
+WARM_BELOW = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+"""A worker forked while fewer of its fork server's workers than this are in use (the cores this process may
+run on) walks a request's path once while it waits (``_zygote._rehearse``), so that a step's page faults come
+before it rather than during it. Forked while more are, it does not: then the cores are all busy with steps,
+and a walk ahead would only add its CPU to theirs (about 0.3 ms a worker here) instead of taking a wait off
+anyone's path (docs/performance.md, 8 December)."""
+
 EXIT_WAIT_S = 2.0
 """How long to wait for a worker's exit status once it has ended without answering (the fork server
 reports it; a fork server that does not, answers "unknown")."""
@@ -240,8 +247,9 @@ def _not_dumpable() -> None:
 
 
 def fork_server_env() -> dict[str, str]:
-    """The fork server's environment (and so its workers' before a step's ``env``): the server's ``PATH``,
-    locale and time zone, nothing else."""
+    """The fork server's environment as it starts: the server's ``PATH``, locale and time zone, nothing
+    else. It empties it once started (``_zygote.Zygote.serve``): a worker's environment is a step's ``env``
+    only."""
     return {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL", "TZ") if k in os.environ}
 
 
@@ -685,6 +693,7 @@ class Sandbox:
             "pidns": shape.namespaces,
             "imports": list(shape.imports),
             "reuse": MAX_USES if shape.reuse else 0,
+            "warm": z.users < WARM_BELOW,
         }
         try:
             z.send(message, theirs)

@@ -37,8 +37,8 @@ by one.
 
 from __future__ import annotations
 
+import _signal
 import contextlib
-import ctypes
 import gc
 import json
 import os
@@ -50,7 +50,7 @@ import stat
 import struct
 import sys
 import types
-from importlib.machinery import SourceFileLoader
+from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader, ModuleSpec, SourceFileLoader
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # (``typing`` is not in the fork server's image: see IMAGE)
@@ -60,7 +60,7 @@ if TYPE_CHECKING:  # (``typing`` is not in the fork server's image: see IMAGE)
 IMAGE = frozenset(
     {
         # what this file and the python role (``kinds/_pyexec.py``) import, with what those import in turn
-        *("__future__", "contextlib", "ctypes", "ctypes._endian", "_ctypes", "gc", "resource", "select"),
+        *("__future__", "contextlib", "gc", "resource", "select", "mcpipe._core"),
         *("signal", "socket", "_socket", "selectors", "array", "errno", "math", "stat", "struct", "_struct"),
         *("types", "importlib", "importlib._bootstrap", "importlib._bootstrap_external", "importlib.machinery"),
         *("warnings", "json", "json.decoder", "json.encoder", "json.scanner", "_json", "binascii", "marshal"),
@@ -95,49 +95,55 @@ PR_SET_NO_NEW_PRIVS = 38
 CAP_SETUID = 7
 CAP_SYS_ADMIN = 21
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
-_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+
+def _load_core() -> types.ModuleType:
+    """mcpipe's Rust core, for its system calls (``rust/src/sandbox.rs``): the one the server imported; in
+    the fork server, which imports nothing of mcpipe, its extension file beside this package, loaded by path.
+
+    A worker makes these calls first thing after its fork. Through ``ctypes`` each cost some 50 µs there (its
+    argument conversions write to many pages of the fork server's heap, and in a fresh fork the first write
+    to each page copies it); a native call touches a few, and without ``ctypes`` the image is smaller too."""
+    core = sys.modules.get("mcpipe._core")
+    if core is not None:
+        return core
+    if __name__.startswith("mcpipe."):
+        import mcpipe._core
+
+        return mcpipe._core
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for suffix in EXTENSION_SUFFIXES:
+        path = os.path.join(package, "_core" + suffix)
+        if os.path.exists(path):
+            loader = ExtensionFileLoader("mcpipe._core", path)
+            module = loader.create_module(ModuleSpec("mcpipe._core", loader, origin=path))
+            loader.exec_module(module)
+            sys.modules["mcpipe._core"] = module
+            return module
+    raise ImportError(f"mcpipe's Rust core (_core) is not in {package}")
 
 
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
+_native = _load_core()
 
 
 def prctl(option: int, value: int) -> None:
-    _check(_libc.prctl(option, value, 0, 0, 0), f"prctl({option})")
+    _native.sys_prctl(option, value)
 
 
 def unshare(flags: int) -> None:
-    _check(_libc.unshare(flags), "unshare")
+    _native.sys_unshare(flags)
 
 
 def setns(fd: int, kind: int) -> None:
-    _check(_libc.setns(fd, kind), "setns")
+    _native.sys_setns(fd, kind)
 
 
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    def b(s: str | None) -> bytes | None:
-        return s.encode() if s is not None else None
-
-    _check(_libc.mount(b(source), b(target), b(fstype), flags, b(data)), f"mount {target}")
-
-
-class _CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-
-class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+    _native.sys_mount(source, target, fstype, flags, data)
 
 
 def drop_capabilities() -> None:
     """No capability left, effective, permitted or inheritable (``capset``)."""
-    header = _CapHeader(0x20080522, 0)
-    data = (_CapData * 2)()
-    _check(_libc.capset(ctypes.byref(header), data), "capset")
+    _native.sys_drop_capabilities()
 
 
 def _has_capability(bit: int) -> bool:
@@ -392,9 +398,6 @@ def probe(config: Config) -> Isolation:
     return iso
 
 
-_SCHED_ATTR = struct.Struct("IIQiIQQQII")
-
-
 def short_slice(slice_us: int) -> bool:
     """Ask the kernel for a time slice of ``slice_us`` (``sched_setattr``'s ``sched_runtime`` for a normal
     task, Linux 6.12+): a task with a shorter slice has an earlier deadline when it wakes, so a worker
@@ -416,14 +419,7 @@ def default_slice() -> bool:
 
 
 def _set_slice(slice_us: int) -> bool:
-    if not sys.platform.startswith("linux"):
-        return False
-    nr = {"x86_64": 314, "aarch64": 274}.get(os.uname().machine)
-    if nr is None:
-        return False
-    nice = os.getpriority(os.PRIO_PROCESS, 0)
-    attr = ctypes.create_string_buffer(_SCHED_ATTR.pack(_SCHED_ATTR.size, 0, 0, nice, 0, slice_us * 1000, 0, 0, 0, 0))
-    return _libc.syscall(nr, 0, attr, 0) == 0
+    return bool(_native.sys_sched_runtime(slice_us * 1000))
 
 
 def drop_to(uid: int) -> None:
@@ -530,6 +526,10 @@ class Zygote:
         signal.set_wakeup_fd(self.wake_w)
 
     def serve(self) -> None:
+        # Its environment emptied once, so that each worker's is empty from its fork (a worker empties it
+        # before its step whatever it holds; emptying even a few variables in a fresh fork costs some 100 µs,
+        # ``os.environ``'s Python code writing to the pages it touches). Nothing here reads it from now.
+        os.environ.clear()
         gc.collect()
         gc.freeze()  # what is here now is never traversed by a worker's collector (fewer pages copied)
         hello = {"hello": self.iso.as_dict(), "pid": os.getpid()}
@@ -633,9 +633,11 @@ class Zygote:
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != zygote:
             os._exit(70)
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.signal(PARENT_GONE, signal.SIG_DFL)
+        # ``_signal``'s own functions, not ``signal``'s wrappers: those convert through ``enum`` (about 70 µs
+        # in a fresh fork, whose first touch of each page of the fork server's heap copies it).
+        _signal.set_wakeup_fd(-1)
+        _signal.signal(signal.SIGCHLD, _signal.SIG_DFL)
+        _signal.signal(PARENT_GONE, _signal.SIG_DFL)
         _st, io, out, err = fds[:4]
         stdin = fds[4] if len(fds) > 4 else os.open(os.devnull, os.O_RDONLY)
         os.dup2(stdin, 0)
@@ -660,7 +662,8 @@ class Zygote:
         else:
             reuse = cmd.get("reuse")
             uses = reuse if isinstance(reuse, int) and self.loops(cmd) else 1
-            run_role(self.roles[role], uid, pidns, self.config, _names(cmd.get("imports")), max(1, uses))
+            imports = _names(cmd.get("imports"))
+            run_role(self.roles[role], uid, pidns, self.config, imports, max(1, uses), cmd.get("warm") is not False)
         os._exit(0)
 
     def reap(self) -> None:
@@ -883,7 +886,13 @@ def _names(value: object) -> tuple[str, ...]:
 
 
 def run_role(
-    role: Any, uid: int | None, pidns: bool, config: Config, imports: tuple[str, ...] = (), uses: int = 1
+    role: Any,
+    uid: int | None,
+    pidns: bool,
+    config: Config,
+    imports: tuple[str, ...] = (),
+    uses: int = 1,
+    warm: bool = True,
 ) -> None:
     """A one-shot worker: one request on descriptor 3, the limits and the uid, the role's answer, the end;
     with ``uses`` above 1, a reused one: up to that many requests, what each step started killed after its
@@ -892,8 +901,9 @@ def run_role(
     # (the request is read as that uid), the fixed limits, the environment emptied, the modules its shape
     # names imported (``imports``: they are not in the fork server, whose every fork and exit they would make
     # dearer), and the request's path walked once (:func:`_rehearse`), unless the request is here already (a
-    # step took this worker as it was forked: the rehearsal would only delay it); then the short slice
-    # (:func:`short_slice`): it wakes at once when the request comes.
+    # step took this worker as it was forked: the rehearsal would only delay it) or the server said not to
+    # (``warm`` false: it forked this worker while its cores were all busy with steps, whose CPU the walk
+    # would take); then the short slice (:func:`short_slice`): it wakes at once when the request comes.
     if uid is not None:
         drop_to(uid)
     else:
@@ -901,11 +911,12 @@ def run_role(
         prctl(PR_SET_NO_NEW_PRIVS, 1)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_MEMLOCK, (0, 0))
-    os.environ.clear()
+    if os.environ:  # (empty from the fork server: see Zygote.serve)
+        os.environ.clear()
     for name in imports:
         with contextlib.suppress(Exception):  # the step imports it again itself, and says why it cannot
             __import__(name)
-    if not select.select([3], [], [], 0)[0]:  # a step waits for this worker already: no time to rehearse
+    if warm and not select.select([3], [], [], 0)[0]:  # a step waits for this worker already: no time to rehearse
         with contextlib.suppress(Exception):
             _rehearse(role)
     short_slice(config.slice_us)
