@@ -4,7 +4,7 @@ The template language is the one of the pipeline contract (``spec/pipeline.md`` 
 described for users in ``docs/references.md``.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, final
 
 __all__ = [
@@ -12,6 +12,7 @@ __all__ = [
     "Regex",
     "Template",
     "__version__",
+    "fork_server_loop",
     "http1_head",
     "json_measure",
     "sys_drop_capabilities",
@@ -215,3 +216,20 @@ def sys_drop_capabilities() -> None:
 def sys_sched_runtime(runtime_ns: int) -> bool:
     """This thread's time slice (``sched_setattr``'s ``sched_runtime``, Linux 6.12+) at its nice value:
     true when the kernel took it."""
+
+def fork_server_loop(
+    sock: int,
+    wake: int,
+    parent: int,
+    tmp: str,
+    uid_ok: bool,
+    pidns_ok: bool,
+    own_pidns: int,
+    fork: Callable[[], int],
+    sweep: Callable[[int | None, list[int]], object],
+    remove_tree: Callable[[str], object],
+) -> tuple[bytes, list[int], str, int | None, bool, bool]:
+    """The sandbox's fork server loop (``rust/src/forkserver.rs``): serve the requests on ``sock`` (and the
+    signals' wake-up pipe ``wake``) until the server is gone, then kill the workers, remove their directories
+    and exit. Returns only in each worker it forks: ``(request, descriptors, directory, uid, in_pid_namespace,
+    loops)``. Raises ``ValueError`` for a request that is not JSON, or what a callback raised."""

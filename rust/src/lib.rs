@@ -18,6 +18,8 @@ mod binding;
 mod capi;
 #[cfg(feature = "python")]
 mod dict;
+#[cfg(all(feature = "python", target_os = "linux"))]
+mod forkserver;
 #[cfg(feature = "python")]
 mod measure;
 #[cfg(feature = "python")]

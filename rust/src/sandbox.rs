@@ -142,5 +142,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sys_mount, m)?)?;
     m.add_function(wrap_pyfunction!(sys_drop_capabilities, m)?)?;
     m.add_function(wrap_pyfunction!(sys_sched_runtime, m)?)?;
+    m.add_function(wrap_pyfunction!(crate::forkserver::fork_server_loop, m)?)?;
     Ok(())
 }

@@ -129,18 +129,21 @@ SPAWN_TIMEOUT_S = 5.0
 """A fork server that has not forked a worker asked for within this long is wedged, and is replaced."""
 
 SLICE_US = 100
-"""The time slice the workers (once they wait for their request) and the event loop's thread that talks to
-them ask the kernel for (``sched_setattr``'s ``sched_runtime``, Linux 6.12+; 0: the kernel's default). A
-short slice wakes a worker blocked on its request, and the server on the reply, ahead of what else holds the
-core: a step's two hand-offs do not each wait out another process's slice. It gives no more CPU, only
-sooner."""
+"""The time slice the workers (once they wait for their request, unless forked busy: :data:`BUSY_AT`) and
+the event loop's thread that talks to them ask the kernel for (``sched_setattr``'s ``sched_runtime``, Linux
+6.12+; 0: the kernel's default). A short slice wakes a worker blocked on its request, and the server on the
+reply, ahead of what else holds the core: a step's two hand-offs do not each wait out another process's
+slice. It gives no more CPU, only sooner."""
 
-WARM_BELOW = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-"""A worker forked while fewer of its fork server's workers than this are in use (the cores this process may
-run on) walks a request's path once while it waits (``_zygote._rehearse``), so that a step's page faults come
-before it rather than during it. Forked while more are, it does not: then the cores are all busy with steps,
-and a walk ahead would only add its CPU to theirs (about 0.3 ms a worker here) instead of taking a wait off
-anyone's path (docs/performance.md, 8 December)."""
+BUSY_AT = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+"""A worker forked while this many of its fork server's workers are in use (the cores this process may run
+on), or more, is forked *busy*: the cores are all taken by steps then. A busy worker neither walks a
+request's path while it waits (``_zygote._rehearse``) nor asks for the short slice (:data:`SLICE_US`). The
+walk would only add its CPU (about 0.3 ms a worker here) to what the steps need, instead of taking a wait off
+anyone's path; and the short slice would let each worker the server wakes take the core from the server,
+which every step of every run passes through. A worker forked with cores to spare does both, so that a step's
+page faults come before it and its wake-up does not wait out another process's slice (docs/performance.md,
+8 December)."""
 
 EXIT_WAIT_S = 2.0
 """How long to wait for a worker's exit status once it has ended without answering (the fork server
@@ -693,7 +696,7 @@ class Sandbox:
             "pidns": shape.namespaces,
             "imports": list(shape.imports),
             "reuse": MAX_USES if shape.reuse else 0,
-            "warm": z.users < WARM_BELOW,
+            "busy": z.users >= BUSY_AT,
         }
         try:
             z.send(message, theirs)

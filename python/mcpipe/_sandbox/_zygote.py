@@ -513,19 +513,22 @@ def end_worker(uid: int | None, pidns: bool) -> None:
 
 
 class Zygote:
-    def __init__(self, sock: socket.socket, config: Config) -> None:
+    def __init__(self, sock: socket.socket, config: Config, parent: int | None = None) -> None:
         self.sock = sock
         self.config = config
+        self.parent = os.getppid() if parent is None else parent
         self.iso = probe(config)
         self.roles = {name: _load_role(path) for name, path in config.roles.items()}
-        # worker pid -> (its st socket, its uid of its own or None, whether it has a PID namespace, its directory)
-        self.workers: dict[int, tuple[socket.socket, int | None, bool, str]] = {}
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.set_wakeup_fd(self.wake_w)
 
     def serve(self) -> None:
+        """Answer the server's requests until it is gone (then end, the workers with it, their directories
+        removed): the loop is the Rust core's (``rust/src/forkserver.rs``), which writes to a few pages of
+        its own between two forks where this one's Python wrote to some 180, each copied while a worker
+        shared it. It returns in each worker it forks, which becomes the worker here."""
         # Its environment emptied once, so that each worker's is empty from its fork (a worker empties it
         # before its step whatever it holds; emptying even a few variables in a fresh fork costs some 100 µs,
         # ``os.environ``'s Python code writing to the pages it touches). Nothing here reads it from now.
@@ -535,100 +538,48 @@ class Zygote:
         hello = {"hello": self.iso.as_dict(), "pid": os.getpid()}
         hello["modules"] = sorted(sys.modules)  # (what the fork server's image holds: IMAGE)
         self.sock.sendall(json.dumps(hello).encode())
-        while True:
-            if _GONE:  # (the signal's wake-up byte ends the select below)
-                self.stop()
-            readable, _, _ = select.select([self.sock.fileno(), self.wake_r], [], [])
-            if self.wake_r in readable:
-                with contextlib.suppress(BlockingIOError):
-                    os.read(self.wake_r, 4096)
-                self.reap()
-            if self.sock.fileno() in readable:
-                try:
-                    msg, fds, _, _ = socket.recv_fds(self.sock, 65536, 8)
-                except OSError:
-                    msg, fds = b"", []
-                if not msg:
-                    self.stop()
-                try:
-                    self.handle(json.loads(msg), fds)
-                finally:
-                    for fd in fds:
-                        with contextlib.suppress(OSError):
-                            os.close(fd)
+        message, fds, cwd, uid, pidns, loops = _native.fork_server_loop(
+            self.sock.fileno(),
+            self.wake_r,
+            self.parent,
+            self.config.tmp,
+            self.iso.uid,
+            self.iso.pidns,
+            self.iso.own_pidns,
+            os.fork,
+            self.sweep,
+            remove_dir,
+        )
+        code = 70
+        try:  # (a forked worker, from here on)
+            cmd = json.loads(message)
+            self.become_worker(str(cmd["role"]), fds, cwd, uid, pidns, loops, cmd)
+        except BaseException as e:
+            with contextlib.suppress(BaseException):
+                os.write(2, f"mcpipe sandbox: the worker could not start: {e}\n".encode())
+        os._exit(code)
 
-    def stop(self) -> None:
-        """End, the workers with it (the server is gone): their directories too, which no one else removes."""
-        for pid, (_st, _uid, _pidns, cwd) in list(self.workers.items()):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-            remove_dir(cwd)
-        os._exit(0)
-
-    def handle(self, cmd: dict[str, Any], fds: list[int]) -> None:
-        if cmd.get("op") != "spawn" or len(fds) < 4:
-            return
-        st = socket.socket(fileno=os.dup(fds[0]))
-        try:
-            pid, cwd = self.spawn(cmd, fds)
-        except OSError as e:  # (spawn removed the directory it made)
-            with contextlib.suppress(OSError):
-                st.send(json.dumps({"error": f"cannot start a worker: {e}"}).encode())
-            st.close()
-            return
-        try:
-            pidfd = os.pidfd_open(pid)
-        except OSError as e:
-            os.kill(pid, signal.SIGKILL)
-            with contextlib.suppress(OSError):
-                st.send(json.dumps({"error": f"cannot watch a worker: {e}"}).encode())
-            self.workers[pid] = (st, None, self.use_pidns(cmd), cwd)
-            return
-        ack = {"pid": pid, "cwd": cwd, "loops": self.loops(cmd)}
-        try:
-            socket.send_fds(st, [json.dumps(ack).encode()], [pidfd])
-        except OSError:
-            os.kill(pid, signal.SIGKILL)
-        finally:
-            os.close(pidfd)
-        own_uid = cmd.get("uid") if self.iso.uid and cmd.get("separate_uid", True) else None
-        self.workers[pid] = (st, own_uid, self.use_pidns(cmd), cwd)
-
-    def use_pidns(self, cmd: Mapping[str, object]) -> bool:
-        return self.iso.pidns and bool(cmd.get("pidns", True))
-
-    def loops(self, cmd: Mapping[str, object]) -> bool:
-        """Whether the worker waits for another request after a reply: it was asked to be reused, and what
-        it starts can be killed without it (it is process 1 of a PID namespace, or has a uid of its own)."""
-        own_uid = self.iso.uid and bool(cmd.get("separate_uid", True)) and cmd.get("uid") is not None
-        return bool(cmd.get("reuse")) and cmd.get("role") != "exec" and (self.use_pidns(cmd) or own_uid)
-
-    def spawn(self, cmd: dict[str, Any], fds: list[int]) -> tuple[int, str]:
-        role = str(cmd["role"])
-        uid = cmd.get("uid") if self.iso.uid and cmd.get("separate_uid", True) else None
-        pidns = self.use_pidns(cmd)
-        proc = pidns and self.iso.proc
-        cwd = make_dir(self.config.tmp)
-        try:
-            if uid is not None:
-                os.chown(cwd, uid, uid)
-            pid = fork_in(self.iso.own_pidns if pidns else -1)
-        except OSError:
-            remove_dir(cwd)
-            raise
-        if pid == 0:
-            code = 70
-            try:
-                self.become_worker(role, fds, cwd, uid, pidns, proc, cmd)
-            except BaseException as e:
-                with contextlib.suppress(BaseException):
-                    os.write(2, f"mcpipe sandbox: the worker could not start: {e}\n".encode())
-            os._exit(code)
-        return pid, cwd
+    def sweep(self, uid: int | None, workers: list[int]) -> None:
+        """What a worker without a PID namespace left, killed once it ended: every process of its uid of its
+        own, else what was re-parented here and is none of the ``workers`` alive."""
+        if uid is not None:
+            self.sweep_uid(uid)
+        else:
+            self.sweep_orphans(set(workers))
 
     def become_worker(
-        self, role: str, fds: list[int], cwd: str, uid: int | None, pidns: bool, proc: bool, cmd: Mapping[str, object]
+        self,
+        role: str,
+        fds: list[int],
+        cwd: str,
+        uid: int | None,
+        pidns: bool,
+        loops: bool,
+        cmd: Mapping[str, object],
     ) -> None:
+        """This process, just forked, becomes the worker ``cmd`` asked for (``loops``: it may serve more than
+        one request, as the fork server told the server)."""
+        proc = pidns and self.iso.proc
         zygote = os.getppid()
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != zygote:
@@ -661,32 +612,10 @@ class Zygote:
             keep(uid if cmd.get("exec_uid") else None, pidns)
         else:
             reuse = cmd.get("reuse")
-            uses = reuse if isinstance(reuse, int) and self.loops(cmd) else 1
+            uses = reuse if isinstance(reuse, int) and loops else 1
             imports = _names(cmd.get("imports"))
-            run_role(self.roles[role], uid, pidns, self.config, imports, max(1, uses), cmd.get("warm") is not False)
+            run_role(self.roles[role], uid, pidns, self.config, imports, max(1, uses), cmd.get("busy") is True)
         os._exit(0)
-
-    def reap(self) -> None:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            entry = self.workers.pop(pid, None)
-            if entry is None:
-                continue  # something a worker left, re-parented here and now gone
-            st, uid, in_pidns, cwd = entry
-            if not in_pidns:  # in its own PID namespace, the kernel has killed the rest already
-                if uid is not None:
-                    self.sweep_uid(uid)
-                else:
-                    self.sweep_orphans()
-            remove_dir(cwd)  # before the server hears of the end: what the worker left is gone by then
-            with contextlib.suppress(OSError):
-                st.send(json.dumps({"exit": os.waitstatus_to_exitcode(status)}).encode())
-            st.close()
 
     def sweep_uid(self, uid: int) -> None:
         """Kill every process of ``uid`` (what a worker without a PID namespace left)."""
@@ -699,11 +628,11 @@ class Zygote:
                 os._exit(0)
         os.waitpid(pid, 0)
 
-    def sweep_orphans(self) -> None:
-        """Kill what was re-parented here (this process is a child subreaper) and is no worker."""
+    def sweep_orphans(self, workers: set[int]) -> None:
+        """Kill what was re-parented here (this process is a child subreaper) and is none of ``workers``."""
         me = os.getpid()
         for pid in children_of(me):
-            if pid not in self.workers:
+            if pid not in workers:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
 
@@ -892,7 +821,7 @@ def run_role(
     config: Config,
     imports: tuple[str, ...] = (),
     uses: int = 1,
-    warm: bool = True,
+    busy: bool = False,
 ) -> None:
     """A one-shot worker: one request on descriptor 3, the limits and the uid, the role's answer, the end;
     with ``uses`` above 1, a reused one: up to that many requests, what each step started killed after its
@@ -901,9 +830,10 @@ def run_role(
     # (the request is read as that uid), the fixed limits, the environment emptied, the modules its shape
     # names imported (``imports``: they are not in the fork server, whose every fork and exit they would make
     # dearer), and the request's path walked once (:func:`_rehearse`), unless the request is here already (a
-    # step took this worker as it was forked: the rehearsal would only delay it) or the server said not to
-    # (``warm`` false: it forked this worker while its cores were all busy with steps, whose CPU the walk
-    # would take); then the short slice (:func:`short_slice`): it wakes at once when the request comes.
+    # step took this worker as it was forked: the rehearsal would only delay it); then the short slice
+    # (:func:`short_slice`): it wakes at once when the request comes. A worker forked ``busy`` (the server's
+    # cores all taken by steps: ``mcpipe._sandbox.BUSY_AT``) does neither: the walk's CPU is the steps', and
+    # the short slice would have it take the core from the server, which every step passes through.
     if uid is not None:
         drop_to(uid)
     else:
@@ -916,10 +846,11 @@ def run_role(
     for name in imports:
         with contextlib.suppress(Exception):  # the step imports it again itself, and says why it cannot
             __import__(name)
-    if warm and not select.select([3], [], [], 0)[0]:  # a step waits for this worker already: no time to rehearse
+    if not busy and not select.select([3], [], [], 0)[0]:  # a step waits for it already: no time to rehearse
         with contextlib.suppress(Exception):
             _rehearse(role)
-    short_slice(config.slice_us)
+    if not busy:
+        short_slice(config.slice_us)
     cwd = os.getcwd()
     fixed: object = None
     requests = Requests(3)
@@ -1109,7 +1040,7 @@ def main(argv: list[str]) -> None:
     default_slice()  # (its workers ask for the short one again, once they wait for their request)
     with contextlib.suppress(OSError):
         os.nice(int(raw.get("nice", 0)))
-    Zygote(sock, config).serve()
+    Zygote(sock, config, parent).serve()
 
 
 if __name__ == "__main__":
