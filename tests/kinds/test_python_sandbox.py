@@ -326,3 +326,66 @@ def test_the_sandboxs_system_calls_say_which_call_failed_and_why():
         assert e.value.errno == code and str(e.value.strerror).startswith(said), e.value
     with pytest.raises(ValueError, match="NUL"):
         _core.sys_mount(None, "/tmp\0x", None, 0)
+
+
+def test_the_fork_server_says_why_it_cannot_start_a_worker_and_goes_on_serving(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    from mcpipe._sandbox import _LAUNCH, _SCRIPT, fork_server_env
+    from mcpipe.kinds import _pyexec
+
+    work = tmp_path / "work"
+    work.mkdir()
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    config = {"uid_base": 0, "roles": {"python": _pyexec.__file__}, "slice_us": 0, "tmp": str(work)}
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-c", _LAUNCH, _SCRIPT, str(theirs.fileno()), json.dumps(config)],
+        pass_fds=(theirs.fileno(),),
+        env=fork_server_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    theirs.close()
+    ours.settimeout(30)
+
+    def spawn() -> tuple[dict[str, object], socket.socket, socket.socket]:
+        st, st_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        io, io_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        request = {"op": "spawn", "role": "python", "uid": None, "separate_uid": False, "pidns": True}
+        socket.send_fds(ours, [json.dumps(request).encode()], [st_theirs.fileno(), io_theirs.fileno(), out_w, err_w])
+        for fd in (out_r, out_w, err_r, err_w):  # (the worker prints nothing)
+            os.close(fd)
+        st_theirs.close()
+        io_theirs.close()
+        st.settimeout(30)
+        answer, fds, _, _ = socket.recv_fds(st, 65536, 1)
+        for fd in fds:
+            os.close(fd)
+        return json.loads(answer), st, io
+
+    try:
+        assert "hello" in json.loads(ours.recv(1 << 20))
+        work.rmdir()  # where its workers' directories go, gone
+        answer, st, io = spawn()
+        assert str(answer["error"]).startswith("cannot start a worker: [Errno 2]"), answer
+        assert str(work) in str(answer["error"])
+        st.close()
+        io.close()
+
+        work.mkdir()  # back: the next request gets a worker
+        answer, st, io = spawn()
+        assert answer["loops"] is False and Path(str(answer["cwd"])).parent == work, answer
+        assert Path(str(answer["cwd"])).is_dir()
+        io.close()  # the end of its requests: it ends, and the fork server says so once its directory is gone
+        assert json.loads(st.recv(65536)) == {"exit": 0}
+        assert not Path(str(answer["cwd"])).exists()
+        st.close()
+    finally:
+        ours.close()  # the server gone: the fork server ends
+        assert proc.wait(30) == 0
