@@ -243,9 +243,11 @@ async def _serve(config_path: str) -> None:
 
 @contextmanager
 def mcpipe_side(
-    cases: list[str], python: dict[str, object] | None = None
+    cases: list[str], python: dict[str, object] | None = None, workers: int = 1
 ) -> Iterator[tuple[str, list[int], dict[str, str]]]:
-    """(MCP URL, [server pid, PostgreSQL pid], tool name of each case); ``python``: its ``outbound.python``."""
+    """(MCP URL, [server pid, PostgreSQL pid], tool name of each case); ``python``: its ``outbound.python``;
+    ``workers`` above 1: ``mcpipe serve --workers N`` (its supervisor's pid, whose tree holds the N server
+    processes and their fork servers), as docs/deployment.md runs it on a host of that many cores."""
     from kit.realservers import postgres_server
 
     with postgres_server() as url, tempfile.TemporaryDirectory(prefix="noetl-peer-") as tmp:
@@ -269,18 +271,36 @@ def mcpipe_side(
         }
         config = Path(tmp) / "mcpipe.json"
         config.write_text(json.dumps(doc))
-        proc = subprocess.Popen(
-            [sys.executable, __file__, "--serve", str(config)], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
-        )
+        if workers > 1:
+            from kit.realservers import free_port, wait_for_port
+
+            port = free_port()
+            argv = [sys.executable, "-m", "mcpipe", "serve", "--config", str(config), "--http", f"127.0.0.1:{port}"]
+            proc = subprocess.Popen(
+                [*argv, "--workers", str(workers), "--log-level", "warning"],
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # (its group: the supervisor and its servers stopped together below)
+            )
+        else:
+            proc = subprocess.Popen(
+                [sys.executable, __file__, "--serve", str(config)], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
+            )
         try:
-            assert proc.stdout is not None
-            mcp_url = proc.stdout.readline().decode().strip()
+            if workers > 1:
+                wait_for_port(port, proc, timeout=60)
+                mcp_url = f"http://127.0.0.1:{port}/mcp"
+            else:
+                assert proc.stdout is not None
+                mcp_url = proc.stdout.readline().decode().strip()
             if not mcp_url:
                 raise RuntimeError("the mcpipe server exited before listening")
             yield mcp_url, [proc.pid, pg_pid], names
         finally:
-            proc.kill()
-            proc.wait(10)
+            if workers > 1:
+                os.killpg(proc.pid, signal.SIGTERM)  # the supervisor stops its servers, as on a shutdown
+            else:
+                proc.kill()
+            proc.wait(30)
 
 
 def postmaster_of(port: int) -> int:
@@ -460,10 +480,10 @@ def stand_in(port: int = STAND_IN_PORT) -> Iterator[None]:
         proc.wait(10)
 
 
-def mcpipe_alone(cases: list[str], python: dict[str, object], rounds: int, runs: int) -> int:
+def mcpipe_alone(cases: list[str], python: dict[str, object], rounds: int, runs: int, workers: int = 1) -> int:
     """``--only mcpipe``: mcpipe's side alone, its answers checked against the goldens first, then each case at
     concurrency 1 and 16 (``runs * 10`` and ``runs * 40`` runs, as beside NoETL) for ``rounds`` rounds."""
-    with stand_in(), mcpipe_side(cases, python) as (url, pids, names):
+    with stand_in(), mcpipe_side(cases, python, workers) as (url, pids, names):
         for case in cases:
             print(f"{case}: mcpipe {check('mcpipe', case, mcpipe_answer(url, names[case]))}", flush=True)
         print(f"mcpipe server pid {pids[0]}", flush=True)
@@ -496,6 +516,9 @@ def main() -> int:
     ap.add_argument("--python-reuse", choices=("step", "run"), default="step", help="mcpipe's outbound.python.reuse")
     ap.add_argument("--python-workers", type=int, default=4, help="mcpipe's outbound.python.workers")
     ap.add_argument("--python-prefork", type=int, default=2, help="mcpipe's outbound.python.prefork (spares kept)")
+    ap.add_argument(
+        "--mcpipe-workers", type=int, default=1, help="mcpipe serve --workers N (server processes; 1: one in-process)"
+    )
     args = ap.parse_args()
     if args.serve:
         import trio
@@ -509,7 +532,7 @@ def main() -> int:
         return 2
     python = {"reuse": args.python_reuse, "workers": args.python_workers, "prefork": args.python_prefork}
     if args.only == "mcpipe":
-        return mcpipe_alone(cases, python, args.rounds, args.runs)
+        return mcpipe_alone(cases, python, args.rounds, args.runs, args.mcpipe_workers)
     kit = Path(os.environ.get("NOETL_ORACLE_KIT", ROOT.parent / "shared" / "noetl-oracle")).resolve()
     if not (kit / "run.py").exists():
         print(f"noetl_peer: no oracle kit at {kit} (set NOETL_ORACLE_KIT)", file=sys.stderr)
@@ -529,7 +552,7 @@ def main() -> int:
     try:
         noetl = Noetl(kit, env, args.poll)
         noetl.prepare(cases)
-        with mcpipe_side(cases, python) as (url, mcpipe_pids, names):
+        with mcpipe_side(cases, python, args.mcpipe_workers) as (url, mcpipe_pids, names):
             verdicts = {}
             for case in cases:
                 verdicts[case] = (

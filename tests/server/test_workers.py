@@ -176,3 +176,19 @@ async def test_background_runs_started_on_one_worker_are_watched_and_resolved_fr
     assert all(p["ok"] for p in polled) and {p["result"]["pid"] for p in polled} <= {a, b}
     assert statuses == ["completed"] * 8
     assert not Path(queue_file).parent.exists()  # the supervisor removed its private directory
+
+
+async def test_the_workers_of_a_supervisor_killed_outright_shut_down_instead_of_serving_on(tmp_path: Path) -> None:
+    with trio.fail_after(WAIT_S):
+        async with supervised(tmp_path, "--workers", "2") as sup:
+            workers = sup.workers()
+            assert len(workers) == 2
+            watched = [os.pidfd_open(pid) for pid in workers]
+            sup.proc.kill()  # SIGKILL: it cannot stop them
+            try:
+                for fd in watched:
+                    await trio.lowlevel.wait_readable(fd)  # each worker ends by itself
+            finally:
+                for fd in watched:
+                    os.close(fd)
+            await sup.until_logged("is gone: shutting down", 2)

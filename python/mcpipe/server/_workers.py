@@ -30,6 +30,7 @@ itself) is not replaced; when none is left the supervisor exits too.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import shutil
@@ -150,7 +151,7 @@ async def supervise(
     name = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
     url = f"http://{name}:{bound[1]}{path}"
     metrics_dir = tempfile.mkdtemp(prefix="mcpipe-metrics-")
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": metrics_dir}
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": metrics_dir, SUPERVISOR_ENV: str(os.getpid())}
     if shared_store:
         env.setdefault(state_key_env, os.urandom(32).hex())
     elif env.pop(state_key_env, None):
@@ -225,6 +226,47 @@ async def supervise(
         if runs_dir is not None:
             shutil.rmtree(runs_dir, ignore_errors=True)
     return status
+
+
+SUPERVISOR_ENV = "MCPIPE_SUPERVISOR_PID"
+"""The supervisor's pid, in each worker's environment (:func:`supervisor_gone`)."""
+
+
+async def supervisor_gone(parent: int, log: logging.Logger = _log) -> None:
+    """Return once ``parent``, the supervisor that started this worker, has ended: a supervisor killed outright
+    (``SIGKILL``, the OOM killer) cannot stop its workers, which would go on serving its socket with no one to
+    replace or stop them. A ``shutdown_trigger`` of each worker, beside the signals: the worker shuts down as on
+    SIGTERM, answering its calls in flight. Waits on a pidfd of the supervisor (no polling); where there is none,
+    looks at the worker's parent every second."""
+    try:
+        fd: int | None = os.pidfd_open(parent)
+    except OSError:  # gone already (then the parent below is another), or no pidfds on this kernel
+        fd = None
+    try:
+        if os.getppid() == parent:  # (opened before it ended: the pidfd is the supervisor's)
+            if fd is not None:
+                await trio.lowlevel.wait_readable(fd)
+            else:
+                for _ in itertools.count():  # (a poll: no event to wait on without a pidfd)
+                    if os.getppid() != parent:
+                        break
+                    await trio.sleep(1.0)
+    finally:
+        if fd is not None:
+            os.close(fd)
+    log.warning("the supervisor (pid %d) is gone: shutting down", parent)
+
+
+async def first_of(*triggers: Callable[[], Awaitable[None]]) -> None:
+    """Return when the first of ``triggers`` returns (the others cancelled)."""
+    async with trio.open_nursery() as nursery:
+
+        async def one(trigger: Callable[[], Awaitable[None]]) -> None:
+            await trigger()
+            nursery.cancel_scope.cancel()
+
+        for trigger in triggers:
+            nursery.start_soon(one, trigger)
 
 
 async def _set_after(trigger: Callable[[], Awaitable[None]], event: trio.Event) -> None:

@@ -353,6 +353,12 @@ async def _serve(
     from mcpipe.server._http import serve_http, signalled
     from mcpipe.server._reload import Reloader
 
+    shutdown_trigger = signalled
+    if listen_fd is not None:  # a worker of `--workers N`: it ends with its supervisor, even one killed outright
+        from mcpipe.server._workers import SUPERVISOR_ENV, first_of, supervisor_gone
+
+        supervisor = int(os.environ.get(SUPERVISOR_ENV) or os.getppid())
+        shutdown_trigger = partial(first_of, signalled, partial(supervisor_gone, supervisor))
     host, port = http if http is not None else (None, None)
     if stdio or path is None:
         if loaded.config.reload.watch:
@@ -368,7 +374,7 @@ async def _serve(
                     app,
                     host=host,
                     port=port,
-                    shutdown_trigger=signalled,
+                    shutdown_trigger=shutdown_trigger,
                     listen_fd=listen_fd,
                     activated_fd=activated_fd,
                     config_path=path,
@@ -383,7 +389,7 @@ async def _serve(
             app,
             host=host,
             port=port,
-            shutdown_trigger=signalled,
+            shutdown_trigger=shutdown_trigger,
             listen_fd=listen_fd,
             activated_fd=activated_fd,
             on_front=reloader.attach,
