@@ -3,9 +3,10 @@ needs, never runs a worker's code itself, and forks a fresh, isolated worker per
 
 Started by :mod:`mcpipe._sandbox` as ``python -I -c LAUNCH _zygote.py SOCKET_FD CONFIG_JSON`` (its
 ``_LAUNCH``: this file loaded from its cached bytecode, not compiled at each start as a script would be, then
-:func:`main`); it imports nothing of mcpipe (a *role*, the code a worker runs, is loaded by path from the
-config; what only some workers need they import once forked, as their spawn request's ``imports`` say), and
-only the modules of :data:`IMAGE`. Linux only.
+:func:`main`); it imports nothing of mcpipe but its Rust core, loaded by path (:func:`_load_core`: the
+fork server's loop and a worker's system calls, ``rust/src/forkserver.rs`` and ``rust/src/sandbox.rs``); a
+*role*, the code a worker runs, is loaded by path from the config; what only some workers need they import
+once forked, as their spawn request's ``imports`` say; and only the modules of :data:`IMAGE`. Linux only.
 
 At start it probes what this kernel lets it do (:func:`probe`) and says so in its first message:
 
@@ -27,9 +28,10 @@ here, and killed when the worker ends (with a uid: every process of that uid; wi
 re-parented here).
 
 Protocol with the server, over a ``SOCK_SEQPACKET`` socket, one JSON message per request:
-``{"op": "spawn", "role", "slot", "uid", "pidns", "proc", "imports"}`` with four descriptors attached: ``st`` (a
-``SOCK_SEQPACKET`` socket: this process answers on it ``{"pid", "cwd"}`` with a pidfd of the worker
-attached, and later ``{"exit": CODE}``, then closes it: the worker and all it started are gone), ``io``
+``{"op": "spawn", "role", "uid", "separate_uid", "pidns", "imports", "reuse", "busy"}`` with four descriptors
+attached: ``st`` (a ``SOCK_SEQPACKET`` socket: this process answers on it ``{"pid", "cwd", "loops"}`` with a
+pidfd of the worker attached, or ``{"error"}``, and later ``{"exit": CODE}``, then closes it: the worker and
+all it started are gone), ``io``
 (the worker's request and reply, descriptor 3 in the worker), and the worker's stdout and stderr. A role
 ``exec`` worker also gets its stdin. Nothing is ever read back from a worker: this process cannot be held
 by one.
