@@ -421,7 +421,8 @@ def default_slice() -> bool:
 
 
 def _set_slice(slice_us: int) -> bool:
-    return bool(_native.sys_sched_runtime(slice_us * 1000))
+    runtime = getattr(_native, "sys_sched_runtime", None)  # (Linux only: the server elsewhere has none)
+    return bool(runtime(slice_us * 1000)) if runtime is not None else False
 
 
 def drop_to(uid: int) -> None:
