@@ -9,6 +9,7 @@ import inspect
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -105,7 +106,7 @@ def test_removing_a_directory_never_follows_a_link_out_of_it(tmp_path):
     target = tmp_path / "target"
     target.mkdir()
     (target / "precious").write_text("p")
-    d = Path(_zygote.make_dir(str(tmp_path)))
+    d = Path(tempfile.mkdtemp(prefix=_zygote.DIR_PREFIX, dir=tmp_path))
     (d / "x" / "y").mkdir(parents=True)
     (d / "x" / "y" / "f").write_text("f")
     (d / "x" / "link").symlink_to(target)
@@ -113,7 +114,8 @@ def test_removing_a_directory_never_follows_a_link_out_of_it(tmp_path):
     _zygote.remove_dir(str(d))
     assert not d.exists()
     assert (target / "precious").read_text() == "p"
-    link = Path(_zygote.make_dir(str(tmp_path)))  # the directory itself replaced by a link: the link goes
+    # The directory itself replaced by a link: the link goes.
+    link = Path(tempfile.mkdtemp(prefix=_zygote.DIR_PREFIX, dir=tmp_path))
     link.rmdir()
     link.symlink_to(target)
     _zygote.remove_dir(str(link))

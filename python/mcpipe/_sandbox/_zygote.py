@@ -516,10 +516,10 @@ def end_worker(uid: int | None, pidns: bool) -> None:
 
 
 class Zygote:
-    def __init__(self, sock: socket.socket, config: Config, parent: int | None = None) -> None:
+    def __init__(self, sock: socket.socket, config: Config, parent: int) -> None:
         self.sock = sock
         self.config = config
-        self.parent = os.getppid() if parent is None else parent
+        self.parent = parent
         self.iso = probe(config)
         self.roles = {name: _load_role(path) for name, path in config.roles.items()}
         self.wake_r, self.wake_w = os.pipe()
@@ -641,20 +641,7 @@ class Zygote:
 
 
 DIR_PREFIX = "mcpipe-py-"
-
-
-def make_dir(parent: str) -> str:
-    """A new directory for a worker in ``parent``, of mode 0700, named ``mcpipe-py-`` and 12 random hex digits
-    (``os.urandom``: not guessable by another worker, so none can make it first or link it elsewhere; a name
-    that exists already, or a link of that name, is never taken: ``mkdir`` fails then, and another is drawn)."""
-    for _ in range(100):
-        path = os.path.join(parent, DIR_PREFIX + os.urandom(6).hex())
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            continue
-        return path
-    raise FileExistsError(f"no free name for a worker's directory in {parent}")
+"""A worker's directory's name before its 12 random hex digits (made by ``rust/src/forkserver.rs``)."""
 
 
 def remove_dir(path: str) -> None:
@@ -1016,24 +1003,15 @@ def _finish(child: int, pidns: bool, answer: Mapping[str, object] | None, reaped
 PARENT_GONE = signal.SIGHUP
 """The fork server's parent-death signal. The kernel sends it when the *thread* that started this process
 ends, not only when the server does: the server starts it from a thread of Trio's cache, which ends after
-10 s without work. So it is caught, and this process ends only when its parent is another (the server is
-gone); its workers, whose parent-death signal is ``SIGKILL``, end with it."""
-
-
-_GONE: list[bool] = []
-"""Set when the parent-death signal came and the parent is another: the serve loop stops (between two
-requests, so that what it was doing, a worker reaped, is finished), its workers with it."""
-
-
-def _parent_gone(parent: int) -> None:
-    if os.getppid() != parent:
-        _GONE.append(True)
+10 s without work. So it is caught (its handler does nothing but wake the loop), and the loop ends this process
+only when its parent is another (the server is gone: ``rust/src/forkserver.rs``); its workers, whose
+parent-death signal is ``SIGKILL``, end with it."""
 
 
 def main(argv: list[str]) -> None:
     """``argv``: the descriptor of the socket to the server, and the config (JSON)."""
     parent = os.getppid()
-    signal.signal(PARENT_GONE, lambda *_: _parent_gone(parent))
+    signal.signal(PARENT_GONE, lambda *_: None)
     prctl(PR_SET_PDEATHSIG, PARENT_GONE)  # the server gone (even killed), this process goes, its workers too
     if os.getppid() != parent:
         os._exit(0)
